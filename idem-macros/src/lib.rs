@@ -1,0 +1,31 @@
+//! The `#[idempotent]` attribute of [idem](https://docs.rs/idem). Use it through the
+//! `idem` crate, which also provides the runtime the generated code calls.
+//!
+//! The work happens in three small stages: [`parse`] reads the attribute's arguments
+//! keeping every span, [`model`] checks them against the handler and builds a checked
+//! model, and [`expand`] turns the model into code.
+
+use proc_macro::TokenStream;
+
+mod expand;
+mod model;
+mod parse;
+
+/// Makes an actix-web handler idempotent: see the `idem` crate for the guide.
+///
+/// ```ignore
+/// #[post("/orders")]
+/// #[idempotent(scope = account, retention = "24h")]
+/// async fn create_order(account: Account, tx: idem::Tx, body: web::Json<NewOrder>)
+///     -> Result<HttpResponse, AppError> { .. }
+/// ```
+///
+/// Arguments:
+/// - `scope = <parameter>` (required): the parameter that identifies the caller; its
+///   type implements `idem::ScopeKey`.
+/// - `retention = "<duration>"` (default `"24h"`, at least 24 hours): how long a key
+///   is kept and replayed, e.g. `"36h"`, `"7d"`.
+#[proc_macro_attribute]
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::idempotent(args.into(), item.into()).into()
+}

@@ -1,0 +1,304 @@
+//! Checks the arguments against the handler and builds the model `expand` emits.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::{
+    Attribute, FnArg, GenericArgument, Ident, ItemFn, Lifetime, LitStr, Meta, Pat, PathArguments,
+    Type, TypePath,
+};
+
+use crate::parse::{Args, Errors};
+
+/// Keys must outlive the longest retry horizon; the protocol sets the floor at a day.
+const MIN_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The checked handler, ready to expand.
+pub(crate) struct Model {
+    /// The user's function, with `Tx` parameters given a lifetime and `mut`.
+    pub(crate) func: ItemFn,
+    /// Attributes that belong on the generated actix handler (docs, cfg, routes).
+    pub(crate) outer_attrs: Vec<Attribute>,
+    /// Every parameter, in declaration order.
+    pub(crate) params: Vec<Param>,
+    /// Index in `params` of the scope parameter.
+    pub(crate) scope: usize,
+    pub(crate) retention: Duration,
+}
+
+pub(crate) struct Param {
+    pub(crate) ty: Type,
+    pub(crate) is_tx: bool,
+}
+
+/// Where an attribute of the user's function goes.
+pub(crate) enum Placement {
+    /// Only on the generated handler: docs, `cfg`, routes, deprecation.
+    Outer,
+    /// Only on the user's function, which keeps its meaning there (`instrument`, ...).
+    Inner,
+    /// Lint levels apply to both.
+    Both,
+}
+
+pub(crate) fn placement(attr: &Attribute) -> Placement {
+    let Some(name) = attr.path().segments.last().map(|s| s.ident.to_string()) else {
+        return Placement::Inner;
+    };
+    match name.as_str() {
+        "allow" | "warn" | "deny" | "forbid" | "expect" => Placement::Both,
+        "doc" | "cfg" | "deprecated" => Placement::Outer,
+        name if is_route(name) => Placement::Outer,
+        _ => Placement::Inner,
+    }
+}
+
+/// actix-web's route attributes; with `#[idempotent]` outermost they arrive here and
+/// must register the generated handler, not the user's function.
+fn is_route(name: &str) -> bool {
+    matches!(
+        name,
+        "get" | "post" | "put" | "patch" | "delete" | "head" | "options" | "trace" | "connect"
+            | "route" | "routes"
+    )
+}
+
+/// Gives each `Tx` parameter the lifetime an `async fn` parameter needs (E0726 otherwise)
+/// and a `mut` binding, so `tx: idem::Tx` can be written as the docs show.
+pub(crate) fn normalize_tx_params(func: &mut ItemFn) {
+    for input in &mut func.sig.inputs {
+        let FnArg::Typed(arg) = input else { continue };
+        let Some(path) = tx_path_mut(&mut arg.ty) else { continue };
+        set_lifetime(path, Lifetime::new("'_", path.span()), false);
+        if let Pat::Ident(pat) = &mut *arg.pat
+            && pat.by_ref.is_none()
+            && pat.mutability.is_none()
+        {
+            pat.mutability = Some(syn::Token![mut](pat.ident.span()));
+            arg.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+        }
+    }
+}
+
+/// The `Tx` type with `'static` for its lifetime: names the backend from inside a body.
+pub(crate) fn tx_type_static(ty: &Type) -> Type {
+    let mut ty = ty.clone();
+    if let Some(path) = tx_path_mut(&mut ty) {
+        set_lifetime(path, Lifetime::new("'static", Span::call_site()), true);
+    }
+    ty
+}
+
+fn tx_path_mut(ty: &mut Type) -> Option<&mut TypePath> {
+    match ty {
+        Type::Path(path) if is_tx_path(path) => Some(path),
+        _ => None,
+    }
+}
+
+/// A parameter is the transaction when its type's last path segment is `Tx`.
+fn is_tx(ty: &Type) -> bool {
+    matches!(ty, Type::Path(path) if is_tx_path(path))
+}
+
+fn is_tx_path(path: &TypePath) -> bool {
+    path.qself.is_none() && path.path.segments.last().is_some_and(|s| s.ident == "Tx")
+}
+
+fn set_lifetime(path: &mut TypePath, lifetime: Lifetime, replace: bool) {
+    let last = path.path.segments.last_mut().expect("checked by is_tx_path");
+    match &mut last.arguments {
+        PathArguments::None => {
+            last.arguments = PathArguments::AngleBracketed(syn::parse_quote!(<#lifetime>));
+        }
+        PathArguments::AngleBracketed(args) => {
+            let existing = args.args.iter_mut().find_map(|arg| match arg {
+                GenericArgument::Lifetime(l) => Some(l),
+                _ => None,
+            });
+            match existing {
+                Some(l) if replace => *l = lifetime,
+                Some(_) => {}
+                None => args.args.insert(0, GenericArgument::Lifetime(lifetime)),
+            }
+        }
+        PathArguments::Parenthesized(_) => {}
+    }
+}
+
+/// Checks everything, reporting every independent problem together. `func` is the
+/// function as written, so errors point at the user's tokens.
+pub(crate) fn check(args: Args, func: &ItemFn, mut errors: Errors) -> Result<Model, syn::Error> {
+    if func.sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            func.sig.fn_token.span,
+            "`#[idempotent]` handlers must be `async fn`: write `async fn`",
+        ));
+    }
+
+    let mut outer_attrs = Vec::new();
+    for attr in &func.attrs {
+        if let Some(method) = safe_method_route(attr) {
+            errors.push(syn::Error::new_spanned(
+                attr,
+                format!(
+                    "`#[idempotent]` does not belong on a {method} route: {method} is safe \
+                     to retry already; use it on POST, PUT, PATCH or DELETE handlers"
+                ),
+            ));
+        }
+        if matches!(placement(attr), Placement::Outer | Placement::Both) {
+            outer_attrs.push(attr.clone());
+        }
+    }
+
+    let mut params = Vec::new();
+    let mut tx_name: Option<String> = None;
+    for input in &func.sig.inputs {
+        match input {
+            FnArg::Receiver(receiver) => errors.push(syn::Error::new_spanned(
+                receiver,
+                "`#[idempotent]` handlers are free functions: remove the `self` parameter",
+            )),
+            FnArg::Typed(arg) => {
+                let is_tx = is_tx(&arg.ty);
+                if is_tx {
+                    let name = binding_name(&arg.pat).map_or_else(|| "_".to_owned(), |i| i.to_string());
+                    if let Some(first) = &tx_name {
+                        errors.push(syn::Error::new_spanned(
+                            arg,
+                            format!(
+                                "only one transaction parameter is allowed: `{first}` already \
+                                 receives it; remove this one"
+                            ),
+                        ));
+                    } else {
+                        tx_name = Some(name);
+                    }
+                }
+                params.push(Param { ty: (*arg.ty).clone(), is_tx });
+            }
+        }
+    }
+
+    let mut scope = None;
+    let mut retention = MIN_RETENTION;
+    {
+        match &args.scope {
+            None if !args.readable => {}
+            None => errors.push(syn::Error::new(
+                args.span,
+                "`scope` is required: name the parameter that identifies the caller, \
+                 e.g. `scope = account`",
+            )),
+            Some(name) => match scope_index(func, name) {
+                Ok(index) => scope = Some(index),
+                Err(error) => errors.push(error),
+            },
+        }
+        if let Some(lit) = &args.retention {
+            match parse_retention(lit) {
+                Ok(value) => retention = value,
+                Err(error) => errors.push(error),
+            }
+        }
+    }
+
+    let model = scope.map(|scope| Model {
+        func: {
+            let mut func = func.clone();
+            normalize_tx_params(&mut func);
+            func
+        },
+        outer_attrs,
+        params,
+        scope,
+        retention,
+    });
+    match (errors.finish(()), model) {
+        (Ok(()), Some(model)) => Ok(model),
+        (Err(error), _) => Err(error),
+        (Ok(()), None) => unreachable!("a missing or unreadable scope is always reported"),
+    }
+}
+
+fn binding_name(pat: &Pat) -> Option<&Ident> {
+    match pat {
+        Pat::Ident(pat) => Some(&pat.ident),
+        _ => None,
+    }
+}
+
+fn scope_index(func: &ItemFn, name: &Ident) -> Result<usize, syn::Error> {
+    let mut names = Vec::new();
+    for (index, input) in func.sig.inputs.iter().enumerate() {
+        let FnArg::Typed(arg) = input else { continue };
+        let Some(ident) = binding_name(&arg.pat) else { continue };
+        if ident == name {
+            if is_tx(&arg.ty) {
+                return Err(syn::Error::new(
+                    name.span(),
+                    format!(
+                        "`{name}` is the transaction, which cannot identify the caller: name \
+                         the parameter that does, e.g. `scope = account`"
+                    ),
+                ));
+            }
+            return Ok(index);
+        }
+        if !is_tx(&arg.ty) {
+            names.push(format!("`{ident}`"));
+        }
+    }
+    let hint = if names.is_empty() {
+        "add a parameter that identifies the caller".to_owned()
+    } else {
+        format!("the parameters are {}", names.join(", "))
+    };
+    Err(syn::Error::new(
+        name.span(),
+        format!("`scope = {name}` names no parameter of `{}`: {hint}", func.sig.ident),
+    ))
+}
+
+fn parse_retention(lit: &LitStr) -> Result<Duration, syn::Error> {
+    let text = lit.value();
+    let value = humantime::parse_duration(&text).map_err(|error| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "cannot read `{text}` as a duration ({error}): write e.g. \
+                 `retention = \"24h\"` or `retention = \"7d\"`"
+            ),
+        )
+    })?;
+    if value < MIN_RETENTION {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "retention `{text}` is under 24h: keys must outlive client retries, so keep \
+                 them at least a day, e.g. `retention = \"24h\"`"
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+/// `#[get]`, `#[head]` and `#[route(.., method = "GET")]`: methods that are safe already.
+fn safe_method_route(attr: &Attribute) -> Option<&'static str> {
+    let name = attr.path().segments.last()?.ident.to_string();
+    match name.as_str() {
+        "get" => Some("GET"),
+        "head" => Some("HEAD"),
+        "route" => {
+            let Meta::List(list) = &attr.meta else { return None };
+            let text = list.tokens.to_string();
+            [("GET", "\"GET\""), ("HEAD", "\"HEAD\"")]
+                .into_iter()
+                .find(|(_, quoted)| text.contains(&format!("method = {quoted}")))
+                .map(|(method, _)| method)
+        }
+        _ => None,
+    }
+}

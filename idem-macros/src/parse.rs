@@ -1,0 +1,114 @@
+//! Reads `#[idempotent(..)]` arguments, keeping each value's span.
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token};
+
+/// The valid argument names, as listed in error messages.
+const KEYS: &str = "`scope` or `retention`";
+
+/// The arguments as written; not yet checked against the handler.
+pub(crate) struct Args {
+    /// `scope = <ident>`.
+    pub(crate) scope: Option<Ident>,
+    /// `retention = "<duration>"`.
+    pub(crate) retention: Option<LitStr>,
+    /// Span of the whole argument list, for "missing argument" errors.
+    pub(crate) span: Span,
+    /// False when the list could not be read at all, so what is absent is unknown.
+    pub(crate) readable: bool,
+}
+
+/// Parses the attribute arguments. Errors go to `errors` and the arguments that could
+/// be read are still returned, so the handler is checked against them too.
+pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
+    let span = if tokens.is_empty() { Span::call_site() } else { tokens.span() };
+    let mut args = Args { scope: None, retention: None, span, readable: true };
+    let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
+        Ok(metas) => metas,
+        Err(error) => {
+            errors.push(error);
+            args.readable = false;
+            return args;
+        }
+    };
+    for meta in metas {
+        let Meta::NameValue(pair) = meta else {
+            errors.push(syn::Error::new_spanned(
+                &meta,
+                format!("expected `name = value` arguments: {KEYS}, e.g. `scope = account`"),
+            ));
+            continue;
+        };
+        let Some(name) = pair.path.get_ident() else {
+            errors.push(unknown(&pair.path));
+            continue;
+        };
+        match name.to_string().as_str() {
+            "scope" => match parameter_name(&pair.value) {
+                Some(ident) => set_once(&mut args.scope, ident, name, errors),
+                None => errors.push(syn::Error::new_spanned(
+                    &pair.value,
+                    "`scope` takes the name of a handler parameter, e.g. `scope = account`",
+                )),
+            },
+            "retention" => match &pair.value {
+                Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => {
+                    set_once(&mut args.retention, lit.clone(), name, errors);
+                }
+                other => errors.push(syn::Error::new_spanned(
+                    other,
+                    "`retention` takes a duration string, e.g. `retention = \"24h\"`",
+                )),
+            },
+            _ => errors.push(unknown(&pair.path)),
+        }
+    }
+    args
+}
+
+fn parameter_name(value: &Expr) -> Option<Ident> {
+    match value {
+        Expr::Path(ExprPath { qself: None, path, .. }) => path.get_ident().cloned(),
+        _ => None,
+    }
+}
+
+fn unknown(path: &syn::Path) -> syn::Error {
+    let name = quote::quote!(#path).to_string().replace(' ', "");
+    syn::Error::new_spanned(path, format!("unknown argument `{name}`: expected {KEYS}"))
+}
+
+/// One helper for "given more than once", so every argument reports it the same way.
+fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident, errors: &mut Errors) {
+    if slot.is_some() {
+        errors.push(syn::Error::new(
+            name.span(),
+            format!("`{name}` is given more than once: keep one"),
+        ));
+    } else {
+        *slot = Some(value);
+    }
+}
+
+/// Collects errors so a user sees all of them in one build.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    pub(crate) fn finish<T>(self, value: T) -> Result<T, syn::Error> {
+        match self.0 {
+            Some(error) => Err(error),
+            None => Ok(value),
+        }
+    }
+}

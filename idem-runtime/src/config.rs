@@ -1,0 +1,187 @@
+//! `Idem`: the pool and settings every `#[idempotent]` handler reads from app data.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::HttpRequest;
+use actix_web::http::header::{self, HeaderName};
+use actix_web::web;
+use sqlx::{Pool, Postgres};
+
+use crate::store::Backend;
+
+/// idem's configuration, registered once with `App::app_data`.
+///
+/// Cloning is cheap (the pool and settings are shared).
+///
+/// ```
+/// use actix_web::App;
+/// use std::time::Duration;
+///
+/// # fn app(pool: sqlx::PgPool) {
+/// let idem = idem_runtime::Idem::new(pool)
+///     .claim_wait(Duration::from_millis(500))
+///     .replay_header(actix_web::http::header::LINK);
+/// let app = App::new().app_data(idem.clone());
+/// # }
+/// ```
+pub struct Idem<DB: Backend = Postgres> {
+    pool: Pool<DB>,
+    settings: Arc<Settings>,
+}
+
+/// Shared by clones; changed copy-on-write by the builder methods.
+#[derive(Clone)]
+struct Settings {
+    claim_wait: Duration,
+    max_request_bytes: usize,
+    max_stored_bytes: usize,
+    replay_headers: Vec<HeaderName>,
+    begin_sql: Arc<str>,
+}
+
+/// Headers that carry credentials or per-connection state; never stored or replayed.
+const NEVER_REPLAYED: [HeaderName; 7] = [
+    header::SET_COOKIE,
+    header::AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+    header::WWW_AUTHENTICATE,
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::CONTENT_LENGTH,
+];
+
+impl Idem<Postgres> {
+    /// Uses `pool` for the key table and for the transactions handed to handlers.
+    ///
+    /// Defaults: a duplicate waits at most 1 s for the request holding its key
+    /// ([`claim_wait`](Self::claim_wait)), request bodies up to 2 MiB, stored
+    /// responses up to 4 MiB, and `Location`, `Content-Type`, `Content-Location`,
+    /// `ETag` and `Last-Modified` replayed.
+    pub fn new(pool: Pool<Postgres>) -> Self {
+        let claim_wait = Duration::from_secs(1);
+        Self {
+            pool,
+            settings: Arc::new(Settings {
+                claim_wait,
+                max_request_bytes: 2 * 1024 * 1024,
+                max_stored_bytes: 4 * 1024 * 1024,
+                replay_headers: vec![
+                    header::LOCATION,
+                    header::CONTENT_TYPE,
+                    header::CONTENT_LOCATION,
+                    header::ETAG,
+                    header::LAST_MODIFIED,
+                ],
+                begin_sql: crate::store::postgres::begin_statement(claim_wait.as_millis()).into(),
+            }),
+        }
+    }
+
+    /// How long a duplicate waits for the request that holds its key before it is
+    /// answered 409 with `Retry-After: 1`.
+    ///
+    /// While it waits it holds a pool connection, so size the pool for the duplicates
+    /// you expect at once. When the first request commits within this time, the
+    /// duplicate replays its response instead of getting a 409.
+    ///
+    /// # Panics
+    /// If `wait` is zero (PostgreSQL reads a zero lock timeout as "wait forever").
+    pub fn claim_wait(mut self, wait: Duration) -> Self {
+        assert!(
+            wait.as_millis() > 0,
+            "idem: claim_wait must be at least 1 ms; zero would wait forever"
+        );
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.claim_wait = wait;
+        settings.begin_sql = crate::store::postgres::begin_statement(wait.as_millis()).into();
+        self
+    }
+}
+
+impl<DB: Backend> Idem<DB> {
+    /// The largest request body idem reads; larger ones get 413 before anything is stored.
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        Arc::make_mut(&mut self.settings).max_request_bytes = bytes;
+        self
+    }
+
+    /// The largest response body idem stores for replay.
+    ///
+    /// A handler response over this size is not committed: the transaction is rolled
+    /// back and the client gets 500 `response-too-large`, so no business write ever
+    /// commits without a replayable answer. Raise the limit for endpoints with big
+    /// responses.
+    pub fn max_stored_bytes(mut self, bytes: usize) -> Self {
+        Arc::make_mut(&mut self.settings).max_stored_bytes = bytes;
+        self
+    }
+
+    /// Adds a response header to the ones stored and replayed.
+    ///
+    /// # Panics
+    /// For headers that carry credentials or connection state (`Set-Cookie`,
+    /// `Authorization`, `WWW-Authenticate`, `Proxy-Authenticate`, `Connection`,
+    /// `Transfer-Encoding`, `Content-Length`): replaying them to whoever holds the key
+    /// would leak them or corrupt the response.
+    pub fn replay_header(mut self, name: HeaderName) -> Self {
+        assert!(
+            !NEVER_REPLAYED.contains(&name),
+            "idem: the `{name}` header is never stored or replayed"
+        );
+        let settings = Arc::make_mut(&mut self.settings);
+        if !settings.replay_headers.contains(&name) {
+            settings.replay_headers.push(name);
+        }
+        self
+    }
+
+    /// The pool idem was built with.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    pub(crate) fn request_limit(&self) -> usize {
+        self.settings.max_request_bytes
+    }
+
+    pub(crate) fn stored_limit(&self) -> usize {
+        self.settings.max_stored_bytes
+    }
+
+    pub(crate) fn replayed_headers(&self) -> &[HeaderName] {
+        &self.settings.replay_headers
+    }
+
+    pub(crate) fn begin_sql(&self) -> Arc<str> {
+        Arc::clone(&self.settings.begin_sql)
+    }
+
+    /// Finds the `Idem` registered with `App::app_data`, plain or in `web::Data`.
+    pub(crate) fn from_request(req: &HttpRequest) -> Option<&Self> {
+        req.app_data::<Self>()
+            .or_else(|| req.app_data::<web::Data<Self>>().map(|data| data.get_ref()))
+    }
+}
+
+impl<DB: Backend> Clone for Idem<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Idem<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idem")
+            .field("backend", &<DB as sqlx::Database>::NAME)
+            .field("claim_wait", &self.settings.claim_wait)
+            .field("max_request_bytes", &self.settings.max_request_bytes)
+            .field("max_stored_bytes", &self.settings.max_stored_bytes)
+            .field("replay_headers", &self.settings.replay_headers)
+            .finish_non_exhaustive()
+    }
+}

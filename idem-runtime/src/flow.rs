@@ -1,0 +1,363 @@
+//! The claim / execute / record flow behind every `#[idempotent]` handler.
+
+use std::panic::AssertUnwindSafe;
+
+use actix_web::body::{self, BodyLimitExceeded, BoxBody};
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::http::header::{CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue};
+use actix_web::web::{self, Bytes};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder};
+use futures_util::FutureExt;
+use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+use crate::policy::Policy;
+use crate::problem::ProblemKind;
+use crate::store::{Backend, Claim, ClaimRequest, Completion, ExistingKey, StoredResponse};
+use crate::{Idem, Tx};
+
+/// Header added to every replayed response.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// A request whose key is valid and whose body is read, before any extractor ran.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Prepared<DB: Backend> {
+    idem: Idem<DB>,
+    policy: &'static Policy,
+    req: HttpRequest,
+    key: IdempotencyKey,
+    body: Bytes,
+}
+
+/// Reads the key and the body; answers 400/413/500 problems itself.
+#[doc(hidden)]
+pub async fn prepare<DB: Backend>(
+    policy: &'static Policy,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<Prepared<DB>, HttpResponse> {
+    let Some(idem) = Idem::<DB>::from_request(&req).cloned() else {
+        tracing::error!(
+            handler = policy.handler(),
+            "idem is not configured: register it with App::app_data(idem::Idem::new(pool))"
+        );
+        return Err(ProblemKind::NotConfigured.response(
+            "the server has no idempotency store configured; this is a server bug",
+        ));
+    };
+    let key = IdempotencyKey::from_headers(req.headers()).map_err(|error| {
+        let kind = match error {
+            crate::KeyError::Missing => ProblemKind::KeyMissing,
+            _ => ProblemKind::KeyInvalid,
+        };
+        kind.response(error.to_string())
+    })?;
+    let limit = idem.request_limit();
+    let too_large = || {
+        ProblemKind::BodyTooLarge.response(format!(
+            "the request body is larger than the {limit} bytes this endpoint accepts"
+        ))
+    };
+    // Refuse a declared oversize body before reading a byte of it.
+    if declared_length(req.headers()).is_some_and(|len| len > limit) {
+        return Err(too_large());
+    }
+    let body = match payload.to_bytes_limited(limit).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(error)) => return Err(error.error_response()),
+        Err(BodyLimitExceeded { .. }) => return Err(too_large()),
+    };
+    Ok(Prepared {
+        idem,
+        policy,
+        req,
+        key,
+        body,
+    })
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// Runs one of the handler's extractors over the buffered body, in declaration order.
+/// A failure is answered with the extractor's own error response, before any claim.
+#[doc(hidden)]
+pub async fn extract<T: FromRequest>(
+    req: &HttpRequest,
+    payload: &mut Payload,
+) -> Result<T, HttpResponse> {
+    T::from_request(req, payload)
+        .await
+        .map_err(|error| HttpResponse::from_error(error.into()))
+}
+
+/// Converts the handler's return value while the request is at hand.
+#[doc(hidden)]
+pub fn respond<R: Responder>(value: R, req: &HttpRequest) -> HttpResponse {
+    value.respond_to(req).map_into_boxed_body()
+}
+
+impl<DB: Backend> Prepared<DB> {
+    /// The request, for the handler's extractors.
+    pub fn request(&self) -> &HttpRequest {
+        &self.req
+    }
+
+    /// A fresh payload over the buffered body: extractors see the bytes that are
+    /// fingerprinted.
+    pub fn payload(&self) -> Payload {
+        Payload::from(self.body.clone())
+    }
+
+    /// Claims the key, runs `handler` in the transaction, records its response and
+    /// commits; or replays, or answers the problem the protocol calls for.
+    pub async fn run<F>(self, scope: &str, handler: F) -> HttpResponse
+    where
+        F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> HttpResponse,
+    {
+        let span = tracing::debug_span!(
+            "idempotent",
+            handler = self.policy.handler(),
+            outcome = tracing::field::Empty,
+        );
+        let (response, outcome) = self.run_inner(scope, handler).instrument(span.clone()).await;
+        span.record("outcome", outcome);
+        response
+    }
+
+    async fn run_inner<F>(self, scope: &str, handler: F) -> (HttpResponse, &'static str)
+    where
+        F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> HttpResponse,
+    {
+        let method = self.req.method().as_str();
+        let path = self
+            .req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| self.req.path(), |pq| pq.as_str());
+        let fingerprint =
+            match Fingerprint::of_request(method, path, self.req.headers(), &self.body) {
+                Ok(fingerprint) => fingerprint,
+                Err(error) => {
+                    return (ProblemKind::BodyInvalid.response(error.to_string()), "invalid_body");
+                }
+            };
+        let claim = ClaimRequest {
+            scope,
+            key: self.key.as_str(),
+            fingerprint,
+            method,
+            path,
+            retention: self.policy.retention(),
+        };
+
+        let mut txn = match DB::begin(&self.idem).await {
+            Ok(txn) => txn,
+            Err(error) => return (storage_unavailable(&error), "storage_error"),
+        };
+        match DB::claim(&mut txn, &claim).await {
+            Ok(Claim::Claimed) => {}
+            Ok(Claim::Existing(existing)) => {
+                // Nothing was written; ending the transaction frees the connection now.
+                let _ = txn.rollback().await;
+                return answer_existing(existing, &claim);
+            }
+            Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
+            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
+            Err(error) => return (storage_unavailable(&error), "storage_error"),
+        }
+
+        let response = match AssertUnwindSafe(handler(Tx::new(&mut *txn)))
+            .catch_unwind()
+            .await
+        {
+            Ok(response) => response,
+            Err(_) => {
+                // The panic message was already printed by the panic hook; dropping the
+                // transaction rolls it back.
+                tracing::error!(handler = self.policy.handler(), "handler panicked; rolled back");
+                let response = ProblemKind::HandlerPanicked
+                    .response("the request failed and nothing was saved; it may be retried");
+                return (response, "panicked");
+            }
+        };
+
+        // A 5xx is not an outcome to replay: roll back so the client can retry the key.
+        if response.status().is_server_error() {
+            let _ = txn.rollback().await;
+            return (response, "rolled_back");
+        }
+
+        let (head, response_body) = response.into_parts();
+        let body_bytes = match body::to_bytes_limited(response_body, self.idem.stored_limit()).await
+        {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(error)) => {
+                let error: Box<dyn std::error::Error> = error.into();
+                tracing::error!(handler = self.policy.handler(), %error, "response body failed");
+                let response = ProblemKind::ResponseFailed
+                    .response("the request failed and nothing was saved; it may be retried");
+                return (response, "rolled_back");
+            }
+            Err(BodyLimitExceeded { .. }) => {
+                tracing::error!(
+                    handler = self.policy.handler(),
+                    limit = self.idem.stored_limit(),
+                    "response too large to store for replay; rolled back (raise Idem::max_stored_bytes)"
+                );
+                let detail = format!(
+                    "the response is larger than the {} bytes the server stores for replay; \
+                     nothing was saved",
+                    self.idem.stored_limit()
+                );
+                return (ProblemKind::ResponseTooLarge.response(detail), "too_large");
+            }
+        };
+        let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
+        let stored = StoredResponse {
+            status: head.status().as_u16(),
+            headers: &stored_headers,
+            body: &body_bytes,
+        };
+        match DB::complete(&mut txn, &claim, &stored).await {
+            Ok(Completion::Recorded) => {}
+            Ok(Completion::OutsideTransaction) => {
+                // The handler's COMMIT already made its writes durable; the key is now
+                // recorded too, so retries replay. Atomicity was lost in between.
+                tracing::error!(
+                    handler = self.policy.handler(),
+                    "the handler committed idem's transaction itself; never end it by hand"
+                );
+            }
+            Ok(Completion::RowGone) => {
+                tracing::error!(
+                    handler = self.policy.handler(),
+                    "the handler rolled back idem's transaction itself; nothing was saved"
+                );
+                let response = ProblemKind::TransactionEnded
+                    .response("the request failed and nothing was saved; it may be retried");
+                return (response, "rolled_back");
+            }
+            Err(error) => return (storage_unavailable(&error), "storage_error"),
+        }
+        if let Err(error) = txn.commit().await {
+            return (storage_unavailable(&error), "storage_error");
+        }
+        (head.set_body(body_bytes).map_into_boxed_body(), "executed")
+    }
+}
+
+fn answer_existing(existing: ExistingKey, claim: &ClaimRequest<'_>) -> (HttpResponse, &'static str) {
+    if existing.method != claim.method || existing.path != claim.path {
+        let detail = format!(
+            "this Idempotency-Key was used for {} {}; use a new key for a different request",
+            existing.method, existing.path
+        );
+        return (mismatch(detail, "method_or_path"), "mismatch");
+    }
+    if existing.fingerprint != Some(claim.fingerprint) {
+        let detail = "this Idempotency-Key was used with a different request body; \
+                      use a new key for a different request";
+        return (mismatch(detail.to_owned(), "body"), "mismatch");
+    }
+    match (existing.completed, existing.response_status, existing.response_body) {
+        (true, Some(status), Some(body)) => {
+            let headers = existing.response_headers.unwrap_or_default();
+            (replay(status, &headers, body), "replayed")
+        }
+        _ => (in_progress(), "in_progress"),
+    }
+}
+
+fn mismatch(detail: String, what: &str) -> HttpResponse {
+    let mut extra = Map::new();
+    extra.insert("mismatch".to_owned(), Value::from(what));
+    ProblemKind::KeyReused.response_with(detail, extra)
+}
+
+fn in_progress() -> HttpResponse {
+    ProblemKind::InProgress.response(
+        "a request with this Idempotency-Key is still being processed; retry after the delay \
+         in Retry-After",
+    )
+}
+
+fn storage_unavailable(error: &sqlx::Error) -> HttpResponse {
+    tracing::error!(%error, "idempotency key store failed; rolled back");
+    ProblemKind::StorageUnavailable
+        .response("the request could not be completed and nothing was saved; it may be retried")
+}
+
+fn replay(status: i16, headers: &[u8], body: Vec<u8>) -> HttpResponse {
+    let status = u16::try_from(status)
+        .ok()
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = HttpResponse::with_body(status, BoxBody::new(Bytes::from(body)));
+    let map = response.headers_mut();
+    for (name, value) in decode_headers(headers) {
+        map.append(name, value);
+    }
+    map.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// Allow-listed headers as HTTP/1 lines, `name: value\r\n`. Header values never
+/// contain CR or LF, so the encoding is unambiguous and keeps non-UTF-8 bytes.
+fn encode_headers(headers: &HeaderMap, allowed: &[HeaderName]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for name in allowed {
+        for value in headers.get_all(name) {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out
+}
+
+fn decode_headers(encoded: &[u8]) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
+    encoded
+        .split(|&b| b == b'\n')
+        .filter_map(|line| line.strip_suffix(b"\r"))
+        .filter_map(|line| {
+            let colon = line.iter().position(|&b| b == b':')?;
+            let name = HeaderName::from_bytes(&line[..colon]).ok()?;
+            let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start()).ok()?;
+            Some((name, value))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::http::header;
+
+    #[test]
+    fn headers_round_trip_in_order_with_repeats() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::LOCATION, HeaderValue::from_static("/orders/7"));
+        headers.append(header::LINK, HeaderValue::from_static("<a>; rel=x"));
+        headers.append(header::LINK, HeaderValue::from_static("<b>; rel=y"));
+        headers.insert(header::SET_COOKIE, HeaderValue::from_static("s=1"));
+        headers.insert(header::ETAG, HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap());
+        let allowed = [header::LOCATION, header::LINK, header::ETAG];
+        let encoded = encode_headers(&headers, &allowed);
+        let decoded: Vec<_> = decode_headers(&encoded).collect();
+        assert_eq!(
+            decoded,
+            vec![
+                (header::LOCATION, HeaderValue::from_static("/orders/7")),
+                (header::LINK, HeaderValue::from_static("<a>; rel=x")),
+                (header::LINK, HeaderValue::from_static("<b>; rel=y")),
+                (header::ETAG, HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap()),
+            ]
+        );
+    }
+}

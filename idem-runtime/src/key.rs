@@ -1,0 +1,196 @@
+//! The `Idempotency-Key` request header.
+
+use std::fmt;
+
+use actix_web::http::header::{HeaderMap, HeaderName};
+
+/// Name of the request header that carries the key.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// The longest key accepted, in characters.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// A validated idempotency key: 1 to 255 visible ASCII characters.
+///
+/// Both forms a client may send denote the same key: the bare value
+/// (`Idempotency-Key: 8e03978e-40d5`) and the Structured Field string the IETF
+/// draft specifies (`Idempotency-Key: "8e03978e-40d5"`).
+///
+/// ```
+/// use idem_runtime::IdempotencyKey;
+///
+/// let bare = IdempotencyKey::parse("8e03978e-40d5").unwrap();
+/// let quoted = IdempotencyKey::parse("\"8e03978e-40d5\"").unwrap();
+/// assert_eq!(bare, quoted);
+/// assert_eq!(bare.as_str(), "8e03978e-40d5");
+/// assert!(IdempotencyKey::parse("").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+/// Why a header value is not a usable key; the message is shown to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    /// The request has no `Idempotency-Key` header.
+    Missing,
+    /// The header appears more than once.
+    Repeated,
+    /// The value is empty (or an empty quoted string).
+    Empty,
+    /// The key has more than [`MAX_KEY_LEN`] characters.
+    TooLong(usize),
+    /// A byte outside visible ASCII (`!` to `~`), at this position of the key.
+    InvalidChar(usize),
+    /// A quoted value that is not a well-formed Structured Field string.
+    MalformedQuoted,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing => f.write_str(
+                "this endpoint requires an Idempotency-Key header: send a unique value \
+                 (a UUID is a good choice) and reuse it on every retry of the same operation",
+            ),
+            Self::Repeated => f.write_str("the Idempotency-Key header must appear exactly once"),
+            Self::Empty => f.write_str("the Idempotency-Key header must not be empty"),
+            Self::TooLong(len) => write!(
+                f,
+                "the Idempotency-Key is {len} characters long; at most {MAX_KEY_LEN} are allowed"
+            ),
+            Self::InvalidChar(at) => write!(
+                f,
+                "the Idempotency-Key may contain only visible ASCII characters ('!' to '~'); \
+                 character {} is not one",
+                at + 1
+            ),
+            Self::MalformedQuoted => f.write_str(
+                "a quoted Idempotency-Key must be a Structured Field string: one pair of \
+                 double quotes with only \\\" and \\\\ escaped inside, and no parameters",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+impl IdempotencyKey {
+    /// Parses one header value, in bare or quoted form.
+    ///
+    /// Surrounding spaces and tabs are ignored, as HTTP specifies for field values.
+    pub fn parse(value: &str) -> Result<Self, KeyError> {
+        let value = value.trim_matches([' ', '\t']);
+        let key = match value.strip_prefix('"') {
+            Some(rest) => unquote(rest)?,
+            None => value.to_owned(),
+        };
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if let Some(at) = key.bytes().position(|b| !b.is_ascii_graphic()) {
+            return Err(KeyError::InvalidChar(at));
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong(key.len()));
+        }
+        Ok(Self(key))
+    }
+
+    /// Reads the key from request headers: exactly one `Idempotency-Key` header.
+    pub fn from_headers(headers: &HeaderMap) -> Result<Self, KeyError> {
+        let mut values = headers.get_all(IDEMPOTENCY_KEY);
+        let value = values.next().ok_or(KeyError::Missing)?;
+        if values.next().is_some() {
+            return Err(KeyError::Repeated);
+        }
+        // Non-ASCII bytes make `to_str` fail; report where, like any other bad character.
+        let bytes = value.as_bytes();
+        match value.to_str() {
+            Ok(text) => Self::parse(text),
+            Err(_) => {
+                let at = bytes.iter().position(|b| !b.is_ascii()).unwrap_or(0);
+                Err(KeyError::InvalidChar(at))
+            }
+        }
+    }
+
+    /// The key as the client meant it (quotes and escapes removed).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Decodes the rest of an sf-string after its opening quote (RFC 8941, section 3.3.3).
+fn unquote(rest: &str) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(rest.len());
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(escaped @ ('"' | '\\')) => out.push(escaped),
+                _ => return Err(KeyError::MalformedQuoted),
+            },
+            // The closing quote must end the value: parameters (`"k";a=1`) are not accepted.
+            '"' if chars.as_str().is_empty() => return Ok(out),
+            '"' => return Err(KeyError::MalformedQuoted),
+            c => out.push(c),
+        }
+    }
+    Err(KeyError::MalformedQuoted)
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_and_quoted_forms_are_the_same_key() {
+        let bare = IdempotencyKey::parse("abc-123").unwrap();
+        assert_eq!(IdempotencyKey::parse("\"abc-123\"").unwrap(), bare);
+        assert_eq!(IdempotencyKey::parse("  abc-123\t").unwrap(), bare);
+    }
+
+    #[test]
+    fn quoted_escapes_are_decoded() {
+        let key = IdempotencyKey::parse(r#""a\"b\\c""#).unwrap();
+        assert_eq!(key.as_str(), r#"a"b\c"#);
+    }
+
+    #[test]
+    fn bare_keys_may_hold_quotes_and_backslashes() {
+        assert_eq!(IdempotencyKey::parse(r#"a"b\c"#).unwrap().as_str(), r#"a"b\c"#);
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        assert_eq!(IdempotencyKey::parse(""), Err(KeyError::Empty));
+        assert_eq!(IdempotencyKey::parse("\"\""), Err(KeyError::Empty));
+        assert_eq!(IdempotencyKey::parse("a b"), Err(KeyError::InvalidChar(1)));
+        assert_eq!(IdempotencyKey::parse("\"a b\""), Err(KeyError::InvalidChar(1)));
+        assert_eq!(IdempotencyKey::parse("é"), Err(KeyError::InvalidChar(0)));
+        assert_eq!(IdempotencyKey::parse("\"abc"), Err(KeyError::MalformedQuoted));
+        assert_eq!(IdempotencyKey::parse("\"a\"b\""), Err(KeyError::MalformedQuoted));
+        assert_eq!(IdempotencyKey::parse("\"a\";p=1"), Err(KeyError::MalformedQuoted));
+        assert_eq!(IdempotencyKey::parse(r#""a\n""#), Err(KeyError::MalformedQuoted));
+    }
+
+    #[test]
+    fn length_limit_is_255_characters() {
+        assert!(IdempotencyKey::parse(&"k".repeat(255)).is_ok());
+        assert_eq!(IdempotencyKey::parse(&"k".repeat(256)), Err(KeyError::TooLong(256)));
+        let quoted = format!("\"{}\"", "k".repeat(255));
+        assert!(IdempotencyKey::parse(&quoted).is_ok());
+    }
+}

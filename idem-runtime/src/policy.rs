@@ -1,0 +1,60 @@
+//! What one `#[idempotent]` attribute declared.
+
+use std::time::Duration;
+
+/// The idempotency policy of one handler, as its `#[idempotent]` attribute declared it.
+///
+/// The macro builds one per handler in a `static`.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::Policy;
+///
+/// static POLICY: Policy = Policy::new("create_order", "shop::orders", "account", 86_400);
+/// assert_eq!(POLICY.retention(), Duration::from_secs(24 * 60 * 60));
+/// ```
+#[derive(Debug)]
+pub struct Policy {
+    handler: &'static str,
+    module_path: &'static str,
+    scope: &'static str,
+    retention_secs: u64,
+}
+
+impl Policy {
+    /// A policy for `handler` in `module_path`, scoped by the parameter named `scope`,
+    /// keeping keys for `retention_secs` seconds.
+    pub const fn new(
+        handler: &'static str,
+        module_path: &'static str,
+        scope: &'static str,
+        retention_secs: u64,
+    ) -> Self {
+        Self {
+            handler,
+            module_path,
+            scope,
+            retention_secs,
+        }
+    }
+
+    /// The handler function's name.
+    pub fn handler(&self) -> &'static str {
+        self.handler
+    }
+
+    /// The module the handler is defined in.
+    pub fn module_path(&self) -> &'static str {
+        self.module_path
+    }
+
+    /// The name of the parameter that scopes keys.
+    pub fn scope(&self) -> &'static str {
+        self.scope
+    }
+
+    /// How long a completed key is kept and replayed.
+    pub fn retention(&self) -> Duration {
+        Duration::from_secs(self.retention_secs)
+    }
+}

@@ -1,0 +1,176 @@
+//! RFC 9457 problem responses that idem itself sends.
+//!
+//! Every answer idem gives instead of running the handler is an
+//! `application/problem+json` body whose `type` is one of the stable URIs below.
+//! Each URI points at the heading of this page that describes it.
+//!
+//! | status | `type` ends in | when |
+//! |---|---|---|
+//! | 400 | `#idempotency-key-missing` | the endpoint requires a key and none was sent |
+//! | 400 | `#idempotency-key-invalid` | empty, over 255 characters, not visible ASCII, malformed quoting, or sent twice |
+//! | 400 | `#request-body-invalid` | the body claims to be JSON and is not |
+//! | 409 | `#request-in-progress` | the same key is still being processed; `Retry-After: 1` |
+//! | 413 | `#request-body-too-large` | the body exceeds [`Idem::max_request_bytes`](crate::Idem::max_request_bytes) |
+//! | 422 | `#idempotency-key-reused` | the key was used for a different request; `mismatch` says `"method_or_path"` or `"body"` |
+//! | 500 | `#response-too-large` | the handler's response exceeds [`Idem::max_stored_bytes`](crate::Idem::max_stored_bytes); nothing was committed |
+//! | 500 | `#response-failed` | the handler's response body stream failed; nothing was committed |
+//! | 500 | `#handler-panicked` | the handler panicked; nothing was committed |
+//! | 500 | `#transaction-ended` | the handler ended idem's transaction itself (a raw `COMMIT` or `ROLLBACK`) |
+//! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
+//! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed; `Retry-After: 1` |
+//!
+//! # idempotency-key-missing
+//! Send an `Idempotency-Key` header, generated once per logical operation and reused on
+//! every retry of it.
+//! # idempotency-key-invalid
+//! Keys are 1 to 255 visible ASCII characters, bare or as a Structured Field string.
+//! # request-body-invalid
+//! A body sent with a JSON content type must parse as JSON.
+//! # request-in-progress
+//! Another request with this key has not finished. Retry after the `Retry-After` delay.
+//! # request-body-too-large
+//! The body was refused before anything was stored.
+//! # idempotency-key-reused
+//! The key belongs to an earlier request with a different method, path or body.
+//! # response-too-large
+//! The response could not be stored for replay, so the whole transaction was rolled back.
+//! # response-failed
+//! The handler's streaming response failed before it could be stored; nothing was saved.
+//! # handler-panicked
+//! The handler panicked. The transaction was rolled back and the key may be retried.
+//! # transaction-ended
+//! The handler committed or rolled back the transaction idem gave it.
+//! # not-configured
+//! The application did not register `idem::Idem` in its app data.
+//! # storage-unavailable
+//! The key store could not be reached or answered with an error.
+
+use actix_web::HttpResponse;
+use actix_web::http::StatusCode;
+use actix_web::http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use serde_json::{Map, Value, json};
+
+const TYPE_BASE: &str = "https://docs.rs/idem/latest/idem/problem/index.html#";
+
+/// Media type of RFC 9457 problem details.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The kinds of problem idem answers with; each has a stable `type` URI.
+///
+/// ```
+/// use idem_runtime::problem::ProblemKind;
+///
+/// let response = ProblemKind::InProgress.response("try again shortly");
+/// assert_eq!(response.status(), 409);
+/// assert_eq!(response.headers().get("retry-after").unwrap(), "1");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// 400: the request has no key.
+    KeyMissing,
+    /// 400: the key is malformed or sent twice.
+    KeyInvalid,
+    /// 400: a JSON content type with a body that is not JSON.
+    BodyInvalid,
+    /// 409: the key is in use by a request that has not finished.
+    InProgress,
+    /// 413: the request body is larger than the configured limit.
+    BodyTooLarge,
+    /// 422: the key was used for a different request.
+    KeyReused,
+    /// 500: the response is too large to store.
+    ResponseTooLarge,
+    /// 500: the handler's response body failed while it was read.
+    ResponseFailed,
+    /// 500: the handler panicked.
+    HandlerPanicked,
+    /// 500: the handler ended the transaction itself.
+    TransactionEnded,
+    /// 500: idem is not registered in the application.
+    NotConfigured,
+    /// 503: the key store failed.
+    StorageUnavailable,
+}
+
+impl ProblemKind {
+    /// The slug that ends the `type` URI.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Self::KeyMissing => "idempotency-key-missing",
+            Self::KeyInvalid => "idempotency-key-invalid",
+            Self::BodyInvalid => "request-body-invalid",
+            Self::InProgress => "request-in-progress",
+            Self::BodyTooLarge => "request-body-too-large",
+            Self::KeyReused => "idempotency-key-reused",
+            Self::ResponseTooLarge => "response-too-large",
+            Self::ResponseFailed => "response-failed",
+            Self::HandlerPanicked => "handler-panicked",
+            Self::TransactionEnded => "transaction-ended",
+            Self::NotConfigured => "not-configured",
+            Self::StorageUnavailable => "storage-unavailable",
+        }
+    }
+
+    /// The full `type` URI.
+    pub fn type_uri(self) -> String {
+        format!("{TYPE_BASE}{}", self.slug())
+    }
+
+    /// The HTTP status this problem is sent with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::KeyMissing | Self::KeyInvalid | Self::BodyInvalid => StatusCode::BAD_REQUEST,
+            Self::InProgress => StatusCode::CONFLICT,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::ResponseTooLarge
+            | Self::ResponseFailed
+            | Self::HandlerPanicked
+            | Self::TransactionEnded
+            | Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Self::KeyMissing => "Idempotency-Key header missing",
+            Self::KeyInvalid => "Idempotency-Key header invalid",
+            Self::BodyInvalid => "Request body is not valid JSON",
+            Self::InProgress => "A request with this Idempotency-Key is in progress",
+            Self::BodyTooLarge => "Request body too large",
+            Self::KeyReused => "Idempotency-Key reused for a different request",
+            Self::ResponseTooLarge => "Response too large to store for replay",
+            Self::ResponseFailed => "Response body failed",
+            Self::HandlerPanicked => "Handler panicked",
+            Self::TransactionEnded => "Handler ended the idempotency transaction",
+            Self::NotConfigured => "Idempotency is not configured",
+            Self::StorageUnavailable => "Idempotency key store unavailable",
+        }
+    }
+
+    /// Builds the response with a human-readable `detail`.
+    pub fn response(self, detail: impl Into<String>) -> HttpResponse {
+        self.response_with(detail, Map::new())
+    }
+
+    /// Builds the response with extension members beside the standard ones.
+    pub fn response_with(self, detail: impl Into<String>, extra: Map<String, Value>) -> HttpResponse {
+        let mut body = json!({
+            "type": self.type_uri(),
+            "title": self.title(),
+            "status": self.status().as_u16(),
+            "detail": detail.into(),
+        });
+        if let Value::Object(members) = &mut body {
+            members.extend(extra);
+        }
+        let mut response = HttpResponse::build(self.status());
+        response.insert_header((CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
+        if matches!(self, Self::InProgress | Self::StorageUnavailable) {
+            response.insert_header((RETRY_AFTER, HeaderValue::from_static("1")));
+        }
+        response.body(body.to_string())
+    }
+}

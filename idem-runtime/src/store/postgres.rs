@@ -1,0 +1,183 @@
+//! The PostgreSQL key store: all of idem's SQL for PostgreSQL lives here.
+
+use sqlx::postgres::{PgArguments, PgConnection};
+use sqlx::query::QueryAs;
+use sqlx::{AssertSqlSafe, Postgres, Transaction};
+
+use super::{Backend, Claim, ClaimRequest, Completion, ExistingKey, StoredResponse};
+use crate::Idem;
+use crate::fingerprint::Fingerprint;
+
+/// Saves the application's `lock_timeout` in a transaction-local setting and shortens it
+/// for the claim, in the same round trip as `BEGIN`. The saved value doubles as a marker
+/// that idem's transaction is still open: it disappears if the handler commits.
+pub(crate) fn begin_statement(claim_wait_ms: u128) -> String {
+    format!(
+        "BEGIN; \
+         SELECT set_config('idem.outer_lock_timeout', current_setting('lock_timeout'), true); \
+         SET LOCAL lock_timeout = {claim_wait_ms}"
+    )
+}
+
+/// Inserts the key, or returns the row that holds it. `DO NOTHING` (rather than
+/// `DO UPDATE`) takes no row lock on an existing key, so concurrent replays of one key
+/// do not queue behind each other. When the insert wins, its RETURNING clause restores
+/// the application's lock timeout in the same statement.
+///
+/// A row that another transaction committed while this insert waited for it is not in
+/// this statement's snapshot; the caller then reads it with `SELECT_EXISTING`.
+const CLAIM: &str = "\
+WITH ins AS (
+    INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at)
+    VALUES ($1, $2, $3, $4, $5, now() + $6)
+    ON CONFLICT (scope, idem_key) DO NOTHING
+    RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true)
+)
+SELECT true AS claimed, false AS expired, NULL::bytea AS request_hash, NULL::text AS method,
+       NULL::text AS path, NULL::text AS state, NULL::smallint AS response_status,
+       NULL::bytea AS response_headers, NULL::bytea AS response_body
+  FROM ins
+UNION ALL
+SELECT false, k.expires_at <= now(), k.request_hash, k.method, k.path, k.state,
+       k.response_status, k.response_headers, k.response_body
+  FROM idem_keys k
+ WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)";
+
+const SELECT_EXISTING: &str = "\
+SELECT false, expires_at <= now(), request_hash, method, path, state,
+       response_status, response_headers, response_body
+  FROM idem_keys
+ WHERE scope = $1 AND idem_key = $2";
+
+/// Takes over a key whose retention ended but which the expiry sweep has not deleted yet.
+const RECLAIM_EXPIRED: &str = "\
+UPDATE idem_keys
+   SET request_hash = $3, method = $4, path = $5, state = 'started',
+       recovery_point = 'started', locked_until = NULL, response_status = NULL,
+       response_headers = NULL, response_body = NULL, created_at = now(),
+       expires_at = now() + $6
+ WHERE scope = $1 AND idem_key = $2 AND expires_at <= now()
+RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true)";
+
+/// The RETURNING value is false when the transaction-local marker set at `BEGIN` is
+/// gone, which means the handler ended idem's transaction and this ran on its own.
+const COMPLETE: &str = "\
+UPDATE idem_keys
+   SET state = 'completed', response_status = $3, response_headers = $4,
+       response_body = $5, locked_until = NULL
+ WHERE scope = $1 AND idem_key = $2
+RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
+
+type KeyRow = (
+    bool,
+    bool,
+    Option<Vec<u8>>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i16>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+);
+
+/// SQLSTATE `lock_not_available`: the claim waited longer than its lock timeout.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+impl Backend for Postgres {
+    async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        idem.pool()
+            .begin_with(AssertSqlSafe(idem.begin_sql()))
+            .await
+    }
+
+    async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
+        let row = bind_claim(sqlx::query_as::<_, KeyRow>(CLAIM), req)
+            .fetch_optional(&mut *conn)
+            .await?;
+        match row {
+            Some(row) if row.0 => return Ok(Claim::Claimed),
+            Some(row) if !row.1 => return Ok(Claim::Existing(existing(row))),
+            Some(_) | None => {}
+        }
+        // The key is expired, or its holder committed while we waited: look again
+        // with a fresh snapshot.
+        for _ in 0..2 {
+            if reclaim_expired(conn, req).await? {
+                return Ok(Claim::Claimed);
+            }
+            let row = sqlx::query_as::<_, KeyRow>(SELECT_EXISTING)
+                .bind(req.scope)
+                .bind(req.key)
+                .fetch_optional(&mut *conn)
+                .await?;
+            match row {
+                Some(row) if !row.1 => return Ok(Claim::Existing(existing(row))),
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        Ok(Claim::Vanished)
+    }
+
+    async fn complete(
+        conn: &mut PgConnection,
+        req: &ClaimRequest<'_>,
+        response: &StoredResponse<'_>,
+    ) -> Result<Completion, sqlx::Error> {
+        let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+        let in_transaction: Option<bool> = sqlx::query_scalar(COMPLETE)
+            .bind(req.scope)
+            .bind(req.key)
+            .bind(status)
+            .bind(response.headers)
+            .bind(response.body)
+            .fetch_optional(conn)
+            .await?;
+        Ok(match in_transaction {
+            None => Completion::RowGone,
+            Some(true) => Completion::Recorded,
+            Some(false) => Completion::OutsideTransaction,
+        })
+    }
+
+    fn is_lock_timeout(error: &sqlx::Error) -> bool {
+        error
+            .as_database_error()
+            .and_then(|e| e.code())
+            .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
+    }
+}
+
+async fn reclaim_expired(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> sqlx::Result<bool> {
+    let reclaimed = bind_claim(sqlx::query_as::<_, (String,)>(RECLAIM_EXPIRED), req)
+        .fetch_optional(conn)
+        .await?;
+    Ok(reclaimed.is_some())
+}
+
+/// Binds $1..$6, shared by the claim and the reclaim.
+fn bind_claim<'q, O>(
+    query: QueryAs<'q, Postgres, O, PgArguments>,
+    req: &'q ClaimRequest<'_>,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    query
+        .bind(req.scope)
+        .bind(req.key)
+        .bind(req.fingerprint.as_bytes().as_slice())
+        .bind(req.method)
+        .bind(req.path)
+        .bind(req.retention)
+}
+
+fn existing(row: KeyRow) -> ExistingKey {
+    let (_, _, hash, method, path, state, response_status, response_headers, response_body) = row;
+    ExistingKey {
+        fingerprint: hash.as_deref().and_then(Fingerprint::from_bytes),
+        method: method.unwrap_or_default(),
+        path: path.unwrap_or_default(),
+        completed: state.as_deref() == Some("completed"),
+        response_status,
+        response_headers,
+        response_body,
+    }
+}

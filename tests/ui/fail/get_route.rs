@@ -1,0 +1,7 @@
+#[idem::idempotent(scope = account)]
+#[actix_web::get("/accounts/{account}/orders")]
+async fn list_orders(account: actix_web::web::Path<i64>) -> &'static str {
+    "orders"
+}
+
+fn main() {}

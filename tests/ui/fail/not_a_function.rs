@@ -1,0 +1,4 @@
+#[idem::idempotent(scope = account)]
+struct CreateOrder;
+
+fn main() {}

@@ -1,0 +1,7 @@
+#[idem::idempotent(scope = account)]
+#[actix_web::post("/accounts/{account}/orders")]
+fn create_order(account: actix_web::web::Path<i64>) -> &'static str {
+    "created"
+}
+
+fn main() {}

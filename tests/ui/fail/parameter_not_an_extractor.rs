@@ -1,0 +1,10 @@
+struct Clock;
+
+#[actix_web::post("/accounts/{account}/orders")]
+#[idem::idempotent(scope = account)]
+async fn create_order(account: actix_web::web::Path<i64>, _clock: Clock) -> &'static str {
+    let _ = account;
+    "created"
+}
+
+fn main() {}

@@ -1,0 +1,7 @@
+#[idem::idempotent(scope = account)]
+#[actix_web::route("/accounts/{account}/orders", method = "HEAD")]
+async fn list_orders(account: actix_web::web::Path<i64>) -> &'static str {
+    "orders"
+}
+
+fn main() {}

@@ -1,0 +1,7 @@
+#[actix_web::post("/orders")]
+#[idem::idempotent(scope = tx)]
+async fn create_order(tx: idem::Tx) -> &'static str {
+    "created"
+}
+
+fn main() {}

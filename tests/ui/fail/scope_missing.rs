@@ -1,0 +1,7 @@
+#[actix_web::post("/orders")]
+#[idem::idempotent(retention = "24h")]
+async fn create_order(account: actix_web::web::Path<i64>) -> &'static str {
+    "created"
+}
+
+fn main() {}

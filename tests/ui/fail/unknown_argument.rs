@@ -1,0 +1,7 @@
+#[actix_web::post("/accounts/{account}/orders")]
+#[idem::idempotent(scope = account, retension = "24h")]
+async fn create_order(account: actix_web::web::Path<i64>) -> &'static str {
+    "created"
+}
+
+fn main() {}
