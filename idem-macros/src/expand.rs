@@ -81,7 +81,9 @@ fn outer_handler<'a>(
 /// The user's function as written (bar the `Tx` lifetime), minus what moved outward.
 fn inner_function(func: &ItemFn) -> ItemFn {
     let mut inner = func.clone();
-    inner.attrs.retain(|attr| !matches!(model::placement(attr), Placement::Outer));
+    inner
+        .attrs
+        .retain(|attr| !matches!(model::placement(attr), Placement::Outer));
     inner.vis = syn::Visibility::Inherited;
     inner
 }
@@ -106,7 +108,12 @@ fn generate(model: &Model) -> TokenStream {
         syn::FnArg::Typed(arg) => quote!(#arg).to_string(),
         syn::FnArg::Receiver(_) => unreachable!("receivers are rejected by the model"),
     };
-    let scope_name = scope_name.split(':').next().unwrap_or_default().trim().to_owned();
+    let scope_name = scope_name
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
     let retention_secs = model.retention.as_secs();
 
     let backend = match model.params.iter().find(|p| p.is_tx) {
@@ -152,8 +159,9 @@ fn generate(model: &Model) -> TokenStream {
         ReturnType::Type(_, ty) => ty.span(),
     };
     let value = syn::Ident::new("__idem_value", mixed);
+    let value_at_return = syn::Ident::new("__idem_value", ret_span.resolved_at(mixed));
     let respond = quote_spanned! {ret_span=>
-        ::idem::__private::respond(#value, &#request)
+        ::idem::__private::respond(#value_at_return, &#request)
     };
 
     quote! {

@@ -1,9 +1,9 @@
 //! The `#[idempotent]` attribute of [idem](https://docs.rs/idem). Use it through the
 //! `idem` crate, which also provides the runtime the generated code calls.
 //!
-//! The work happens in three small stages: [`parse`] reads the attribute's arguments
-//! keeping every span, [`model`] checks them against the handler and builds a checked
-//! model, and [`expand`] turns the model into code.
+//! The work happens in three small stages: `parse` reads the attribute's arguments
+//! keeping every span, `model` checks them against the handler and builds a checked
+//! model, and `expand` turns the model into code.
 
 use proc_macro::TokenStream;
 

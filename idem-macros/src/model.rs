@@ -59,8 +59,17 @@ pub(crate) fn placement(attr: &Attribute) -> Placement {
 fn is_route(name: &str) -> bool {
     matches!(
         name,
-        "get" | "post" | "put" | "patch" | "delete" | "head" | "options" | "trace" | "connect"
-            | "route" | "routes"
+        "get"
+            | "post"
+            | "put"
+            | "patch"
+            | "delete"
+            | "head"
+            | "options"
+            | "trace"
+            | "connect"
+            | "route"
+            | "routes"
     )
 }
 
@@ -69,7 +78,9 @@ fn is_route(name: &str) -> bool {
 pub(crate) fn normalize_tx_params(func: &mut ItemFn) {
     for input in &mut func.sig.inputs {
         let FnArg::Typed(arg) = input else { continue };
-        let Some(path) = tx_path_mut(&mut arg.ty) else { continue };
+        let Some(path) = tx_path_mut(&mut arg.ty) else {
+            continue;
+        };
         set_lifetime(path, Lifetime::new("'_", path.span()), false);
         if let Pat::Ident(pat) = &mut *arg.pat
             && pat.by_ref.is_none()
@@ -107,7 +118,11 @@ fn is_tx_path(path: &TypePath) -> bool {
 }
 
 fn set_lifetime(path: &mut TypePath, lifetime: Lifetime, replace: bool) {
-    let last = path.path.segments.last_mut().expect("checked by is_tx_path");
+    let last = path
+        .path
+        .segments
+        .last_mut()
+        .expect("checked by is_tx_path");
     match &mut last.arguments {
         PathArguments::None => {
             last.arguments = PathArguments::AngleBracketed(syn::parse_quote!(<#lifetime>));
@@ -164,7 +179,8 @@ pub(crate) fn check(args: Args, func: &ItemFn, mut errors: Errors) -> Result<Mod
             FnArg::Typed(arg) => {
                 let is_tx = is_tx(&arg.ty);
                 if is_tx {
-                    let name = binding_name(&arg.pat).map_or_else(|| "_".to_owned(), |i| i.to_string());
+                    let name =
+                        binding_name(&arg.pat).map_or_else(|| "_".to_owned(), |i| i.to_string());
                     if let Some(first) = &tx_name {
                         errors.push(syn::Error::new_spanned(
                             arg,
@@ -177,7 +193,10 @@ pub(crate) fn check(args: Args, func: &ItemFn, mut errors: Errors) -> Result<Mod
                         tx_name = Some(name);
                     }
                 }
-                params.push(Param { ty: (*arg.ty).clone(), is_tx });
+                params.push(Param {
+                    ty: (*arg.ty).clone(),
+                    is_tx,
+                });
             }
         }
     }
@@ -234,7 +253,9 @@ fn scope_index(func: &ItemFn, name: &Ident) -> Result<usize, syn::Error> {
     let mut names = Vec::new();
     for (index, input) in func.sig.inputs.iter().enumerate() {
         let FnArg::Typed(arg) = input else { continue };
-        let Some(ident) = binding_name(&arg.pat) else { continue };
+        let Some(ident) = binding_name(&arg.pat) else {
+            continue;
+        };
         if ident == name {
             if is_tx(&arg.ty) {
                 return Err(syn::Error::new(
@@ -258,7 +279,10 @@ fn scope_index(func: &ItemFn, name: &Ident) -> Result<usize, syn::Error> {
     };
     Err(syn::Error::new(
         name.span(),
-        format!("`scope = {name}` names no parameter of `{}`: {hint}", func.sig.ident),
+        format!(
+            "`scope = {name}` names no parameter of `{}`: {hint}",
+            func.sig.ident
+        ),
     ))
 }
 
@@ -292,7 +316,9 @@ fn safe_method_route(attr: &Attribute) -> Option<&'static str> {
         "get" => Some("GET"),
         "head" => Some("HEAD"),
         "route" => {
-            let Meta::List(list) = &attr.meta else { return None };
+            let Meta::List(list) = &attr.meta else {
+                return None;
+            };
             let text = list.tokens.to_string();
             [("GET", "\"GET\""), ("HEAD", "\"HEAD\"")]
                 .into_iter()

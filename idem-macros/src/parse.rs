@@ -24,8 +24,17 @@ pub(crate) struct Args {
 /// Parses the attribute arguments. Errors go to `errors` and the arguments that could
 /// be read are still returned, so the handler is checked against them too.
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
-    let span = if tokens.is_empty() { Span::call_site() } else { tokens.span() };
-    let mut args = Args { scope: None, retention: None, span, readable: true };
+    let span = if tokens.is_empty() {
+        Span::call_site()
+    } else {
+        tokens.span()
+    };
+    let mut args = Args {
+        scope: None,
+        retention: None,
+        span,
+        readable: true,
+    };
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
         Ok(metas) => metas,
         Err(error) => {
@@ -55,7 +64,9 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
                 )),
             },
             "retention" => match &pair.value {
-                Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Str(lit), ..
+                }) => {
                     set_once(&mut args.retention, lit.clone(), name, errors);
                 }
                 other => errors.push(syn::Error::new_spanned(
@@ -71,7 +82,9 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
 
 fn parameter_name(value: &Expr) -> Option<Ident> {
     match value {
-        Expr::Path(ExprPath { qself: None, path, .. }) => path.get_ident().cloned(),
+        Expr::Path(ExprPath {
+            qself: None, path, ..
+        }) => path.get_ident().cloned(),
         _ => None,
     }
 }

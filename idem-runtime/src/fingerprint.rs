@@ -46,7 +46,8 @@ impl Fingerprint {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<Self, InvalidJson> {
-        if is_json(headers) {
+        // An empty body is no JSON document; some clients send one with a JSON type.
+        if is_json(headers) && !body.is_empty() {
             Self::json(method, path_and_query, body)
         } else {
             Ok(Self::raw(method, path_and_query, body))

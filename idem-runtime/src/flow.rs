@@ -29,11 +29,12 @@ pub struct Prepared<DB: Backend> {
     idem: Idem<DB>,
     policy: &'static Policy,
     req: HttpRequest,
-    key: IdempotencyKey,
     body: Bytes,
 }
 
-/// Reads the key and the body; answers 400/413/500 problems itself.
+/// Buffers the body (413 past the limit) so each extractor can read it. The key is
+/// checked after the extractors, so that e.g. an unauthenticated request gets the
+/// application's 401 rather than a 400 about its key.
 #[doc(hidden)]
 pub async fn prepare<DB: Backend>(
     policy: &'static Policy,
@@ -45,17 +46,9 @@ pub async fn prepare<DB: Backend>(
             handler = policy.handler(),
             "idem is not configured: register it with App::app_data(idem::Idem::new(pool))"
         );
-        return Err(ProblemKind::NotConfigured.response(
-            "the server has no idempotency store configured; this is a server bug",
-        ));
+        return Err(ProblemKind::NotConfigured
+            .response("the server has no idempotency store configured; this is a server bug"));
     };
-    let key = IdempotencyKey::from_headers(req.headers()).map_err(|error| {
-        let kind = match error {
-            crate::KeyError::Missing => ProblemKind::KeyMissing,
-            _ => ProblemKind::KeyInvalid,
-        };
-        kind.response(error.to_string())
-    })?;
     let limit = idem.request_limit();
     let too_large = || {
         ProblemKind::BodyTooLarge.response(format!(
@@ -75,7 +68,6 @@ pub async fn prepare<DB: Backend>(
         idem,
         policy,
         req,
-        key,
         body,
     })
 }
@@ -125,7 +117,10 @@ impl<DB: Backend> Prepared<DB> {
             handler = self.policy.handler(),
             outcome = tracing::field::Empty,
         );
-        let (response, outcome) = self.run_inner(scope, handler).instrument(span.clone()).await;
+        let (response, outcome) = self
+            .run_inner(scope, handler)
+            .instrument(span.clone())
+            .await;
         span.record("outcome", outcome);
         response
     }
@@ -134,6 +129,16 @@ impl<DB: Backend> Prepared<DB> {
     where
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> HttpResponse,
     {
+        let key = match IdempotencyKey::from_headers(self.req.headers()) {
+            Ok(key) => key,
+            Err(error) => {
+                let kind = match error {
+                    crate::KeyError::Missing => ProblemKind::KeyMissing,
+                    _ => ProblemKind::KeyInvalid,
+                };
+                return (kind.response(error.to_string()), "invalid_key");
+            }
+        };
         let method = self.req.method().as_str();
         let path = self
             .req
@@ -144,12 +149,15 @@ impl<DB: Backend> Prepared<DB> {
             match Fingerprint::of_request(method, path, self.req.headers(), &self.body) {
                 Ok(fingerprint) => fingerprint,
                 Err(error) => {
-                    return (ProblemKind::BodyInvalid.response(error.to_string()), "invalid_body");
+                    return (
+                        ProblemKind::BodyInvalid.response(error.to_string()),
+                        "invalid_body",
+                    );
                 }
             };
         let claim = ClaimRequest {
             scope,
-            key: self.key.as_str(),
+            key: key.as_str(),
             fingerprint,
             method,
             path,
@@ -180,7 +188,10 @@ impl<DB: Backend> Prepared<DB> {
             Err(_) => {
                 // The panic message was already printed by the panic hook; dropping the
                 // transaction rolls it back.
-                tracing::error!(handler = self.policy.handler(), "handler panicked; rolled back");
+                tracing::error!(
+                    handler = self.policy.handler(),
+                    "handler panicked; rolled back"
+                );
                 let response = ProblemKind::HandlerPanicked
                     .response("the request failed and nothing was saved; it may be retried");
                 return (response, "panicked");
@@ -198,7 +209,6 @@ impl<DB: Backend> Prepared<DB> {
         {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(error)) => {
-                let error: Box<dyn std::error::Error> = error.into();
                 tracing::error!(handler = self.policy.handler(), %error, "response body failed");
                 let response = ProblemKind::ResponseFailed
                     .response("the request failed and nothing was saved; it may be retried");
@@ -224,8 +234,11 @@ impl<DB: Backend> Prepared<DB> {
             headers: &stored_headers,
             body: &body_bytes,
         };
-        match DB::complete(&mut txn, &claim, &stored).await {
-            Ok(Completion::Recorded) => {}
+        let outcome = match DB::complete(&mut txn, &claim, &stored).await {
+            Ok(Completion::Recorded) => match txn.commit().await {
+                Ok(()) => "executed",
+                Err(error) => return (storage_unavailable(&error), "storage_error"),
+            },
             Ok(Completion::OutsideTransaction) => {
                 // The handler's COMMIT already made its writes durable; the key is now
                 // recorded too, so retries replay. Atomicity was lost in between.
@@ -233,6 +246,7 @@ impl<DB: Backend> Prepared<DB> {
                     handler = self.policy.handler(),
                     "the handler committed idem's transaction itself; never end it by hand"
                 );
+                "executed"
             }
             Ok(Completion::RowGone) => {
                 tracing::error!(
@@ -243,16 +257,56 @@ impl<DB: Backend> Prepared<DB> {
                     .response("the request failed and nothing was saved; it may be retried");
                 return (response, "rolled_back");
             }
+            Err(error) if DB::is_aborted_transaction(&error) => {
+                // A statement of the handler failed and it answered anyway. Nothing it
+                // wrote survives, so only a 4xx (an outcome without effects) is kept.
+                let _ = txn.rollback().await;
+                if !stored_status_is_client_error(&stored) {
+                    tracing::error!(
+                        handler = self.policy.handler(),
+                        status = stored.status,
+                        "the handler answered success after one of its statements failed;                          its writes were lost, so the request was rolled back"
+                    );
+                    let response = ProblemKind::TransactionAborted
+                        .response("the request failed and nothing was saved; it may be retried");
+                    return (response, "rolled_back");
+                }
+                if let Err(error) = self.record_without_effects(&claim, &stored).await {
+                    // The answer is still right; a retry re-runs the handler instead.
+                    tracing::warn!(%error, "could not store a 4xx answered after a failed statement");
+                }
+                "executed"
+            }
             Err(error) => return (storage_unavailable(&error), "storage_error"),
+        };
+        (head.set_body(body_bytes).map_into_boxed_body(), outcome)
+    }
+
+    /// Stores a response whose handler transaction was aborted, in a transaction of its
+    /// own: the key row alone, since no business write survived. If another request has
+    /// claimed the key meanwhile, that one's outcome stands and nothing is stored.
+    async fn record_without_effects(
+        &self,
+        claim: &ClaimRequest<'_>,
+        stored: &StoredResponse<'_>,
+    ) -> Result<(), sqlx::Error> {
+        let mut txn = DB::begin(&self.idem).await?;
+        if let Claim::Claimed = DB::claim(&mut txn, claim).await? {
+            DB::complete(&mut txn, claim, stored).await?;
+            txn.commit().await?;
         }
-        if let Err(error) = txn.commit().await {
-            return (storage_unavailable(&error), "storage_error");
-        }
-        (head.set_body(body_bytes).map_into_boxed_body(), "executed")
+        Ok(())
     }
 }
 
-fn answer_existing(existing: ExistingKey, claim: &ClaimRequest<'_>) -> (HttpResponse, &'static str) {
+fn stored_status_is_client_error(stored: &StoredResponse<'_>) -> bool {
+    (400..500).contains(&stored.status)
+}
+
+fn answer_existing(
+    existing: ExistingKey,
+    claim: &ClaimRequest<'_>,
+) -> (HttpResponse, &'static str) {
     if existing.method != claim.method || existing.path != claim.path {
         let detail = format!(
             "this Idempotency-Key was used for {} {}; use a new key for a different request",
@@ -265,7 +319,11 @@ fn answer_existing(existing: ExistingKey, claim: &ClaimRequest<'_>) -> (HttpResp
                       use a new key for a different request";
         return (mismatch(detail.to_owned(), "body"), "mismatch");
     }
-    match (existing.completed, existing.response_status, existing.response_body) {
+    match (
+        existing.completed,
+        existing.response_status,
+        existing.response_body,
+    ) {
         (true, Some(status), Some(body)) => {
             let headers = existing.response_headers.unwrap_or_default();
             (replay(status, &headers, body), "replayed")
@@ -346,7 +404,10 @@ mod tests {
         headers.append(header::LINK, HeaderValue::from_static("<a>; rel=x"));
         headers.append(header::LINK, HeaderValue::from_static("<b>; rel=y"));
         headers.insert(header::SET_COOKIE, HeaderValue::from_static("s=1"));
-        headers.insert(header::ETAG, HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap());
+        headers.insert(
+            header::ETAG,
+            HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap(),
+        );
         let allowed = [header::LOCATION, header::LINK, header::ETAG];
         let encoded = encode_headers(&headers, &allowed);
         let decoded: Vec<_> = decode_headers(&encoded).collect();
@@ -356,7 +417,10 @@ mod tests {
                 (header::LOCATION, HeaderValue::from_static("/orders/7")),
                 (header::LINK, HeaderValue::from_static("<a>; rel=x")),
                 (header::LINK, HeaderValue::from_static("<b>; rel=y")),
-                (header::ETAG, HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap()),
+                (
+                    header::ETAG,
+                    HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap()
+                ),
             ]
         );
     }

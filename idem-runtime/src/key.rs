@@ -170,7 +170,10 @@ mod tests {
 
     #[test]
     fn bare_keys_may_hold_quotes_and_backslashes() {
-        assert_eq!(IdempotencyKey::parse(r#"a"b\c"#).unwrap().as_str(), r#"a"b\c"#);
+        assert_eq!(
+            IdempotencyKey::parse(r#"a"b\c"#).unwrap().as_str(),
+            r#"a"b\c"#
+        );
     }
 
     #[test]
@@ -178,18 +181,36 @@ mod tests {
         assert_eq!(IdempotencyKey::parse(""), Err(KeyError::Empty));
         assert_eq!(IdempotencyKey::parse("\"\""), Err(KeyError::Empty));
         assert_eq!(IdempotencyKey::parse("a b"), Err(KeyError::InvalidChar(1)));
-        assert_eq!(IdempotencyKey::parse("\"a b\""), Err(KeyError::InvalidChar(1)));
+        assert_eq!(
+            IdempotencyKey::parse("\"a b\""),
+            Err(KeyError::InvalidChar(1))
+        );
         assert_eq!(IdempotencyKey::parse("é"), Err(KeyError::InvalidChar(0)));
-        assert_eq!(IdempotencyKey::parse("\"abc"), Err(KeyError::MalformedQuoted));
-        assert_eq!(IdempotencyKey::parse("\"a\"b\""), Err(KeyError::MalformedQuoted));
-        assert_eq!(IdempotencyKey::parse("\"a\";p=1"), Err(KeyError::MalformedQuoted));
-        assert_eq!(IdempotencyKey::parse(r#""a\n""#), Err(KeyError::MalformedQuoted));
+        assert_eq!(
+            IdempotencyKey::parse("\"abc"),
+            Err(KeyError::MalformedQuoted)
+        );
+        assert_eq!(
+            IdempotencyKey::parse("\"a\"b\""),
+            Err(KeyError::MalformedQuoted)
+        );
+        assert_eq!(
+            IdempotencyKey::parse("\"a\";p=1"),
+            Err(KeyError::MalformedQuoted)
+        );
+        assert_eq!(
+            IdempotencyKey::parse(r#""a\n""#),
+            Err(KeyError::MalformedQuoted)
+        );
     }
 
     #[test]
     fn length_limit_is_255_characters() {
         assert!(IdempotencyKey::parse(&"k".repeat(255)).is_ok());
-        assert_eq!(IdempotencyKey::parse(&"k".repeat(256)), Err(KeyError::TooLong(256)));
+        assert_eq!(
+            IdempotencyKey::parse(&"k".repeat(256)),
+            Err(KeyError::TooLong(256))
+        );
         let quoted = format!("\"{}\"", "k".repeat(255));
         assert!(IdempotencyKey::parse(&quoted).is_ok());
     }

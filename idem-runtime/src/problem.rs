@@ -16,6 +16,7 @@
 //! | 500 | `#response-failed` | the handler's response body stream failed; nothing was committed |
 //! | 500 | `#handler-panicked` | the handler panicked; nothing was committed |
 //! | 500 | `#transaction-ended` | the handler ended idem's transaction itself (a raw `COMMIT` or `ROLLBACK`) |
+//! | 500 | `#transaction-aborted` | the handler answered 2xx or 3xx although one of its statements failed, so its writes were lost; rolled back |
 //! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
 //! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed; `Retry-After: 1` |
 //!
@@ -40,6 +41,11 @@
 //! The handler panicked. The transaction was rolled back and the key may be retried.
 //! # transaction-ended
 //! The handler committed or rolled back the transaction idem gave it.
+//! # transaction-aborted
+//! A statement of the handler failed, which aborts the transaction, yet the handler
+//! answered success. Its writes were lost, so the request was rolled back. A 4xx
+//! answered after a failed statement is stored (in a transaction of its own) and
+//! replayed like any other.
 //! # not-configured
 //! The application did not register `idem::Idem` in its app data.
 //! # storage-unavailable
@@ -87,6 +93,8 @@ pub enum ProblemKind {
     HandlerPanicked,
     /// 500: the handler ended the transaction itself.
     TransactionEnded,
+    /// 500: the handler answered success although one of its statements failed.
+    TransactionAborted,
     /// 500: idem is not registered in the application.
     NotConfigured,
     /// 503: the key store failed.
@@ -107,6 +115,7 @@ impl ProblemKind {
             Self::ResponseFailed => "response-failed",
             Self::HandlerPanicked => "handler-panicked",
             Self::TransactionEnded => "transaction-ended",
+            Self::TransactionAborted => "transaction-aborted",
             Self::NotConfigured => "not-configured",
             Self::StorageUnavailable => "storage-unavailable",
         }
@@ -128,6 +137,7 @@ impl ProblemKind {
             | Self::ResponseFailed
             | Self::HandlerPanicked
             | Self::TransactionEnded
+            | Self::TransactionAborted
             | Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
             Self::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -145,6 +155,7 @@ impl ProblemKind {
             Self::ResponseFailed => "Response body failed",
             Self::HandlerPanicked => "Handler panicked",
             Self::TransactionEnded => "Handler ended the idempotency transaction",
+            Self::TransactionAborted => "Handler succeeded after a failed statement",
             Self::NotConfigured => "Idempotency is not configured",
             Self::StorageUnavailable => "Idempotency key store unavailable",
         }
@@ -156,7 +167,11 @@ impl ProblemKind {
     }
 
     /// Builds the response with extension members beside the standard ones.
-    pub fn response_with(self, detail: impl Into<String>, extra: Map<String, Value>) -> HttpResponse {
+    pub fn response_with(
+        self,
+        detail: impl Into<String>,
+        extra: Map<String, Value>,
+    ) -> HttpResponse {
         let mut body = json!({
             "type": self.type_uri(),
             "title": self.title(),

@@ -49,7 +49,9 @@ macro_rules! display_scope {
     )*};
 }
 
-display_scope!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+display_scope!(
+    i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize
+);
 
 #[cfg(feature = "uuid")]
 display_scope!(uuid::Uuid);

@@ -53,6 +53,8 @@ impl<DB: Backend> DerefMut for Tx<'_, DB> {
 
 impl<DB: Backend> fmt::Debug for Tx<'_, DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tx").field("backend", &<DB as sqlx::Database>::NAME).finish_non_exhaustive()
+        f.debug_struct("Tx")
+            .field("backend", &<DB as sqlx::Database>::NAME)
+            .finish_non_exhaustive()
     }
 }

@@ -44,6 +44,10 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     /// Whether an error means "another request holds this key's lock".
     #[doc(hidden)]
     fn is_lock_timeout(error: &sqlx::Error) -> bool;
+
+    /// Whether an error means "an earlier statement failed; the transaction is aborted".
+    #[doc(hidden)]
+    fn is_aborted_transaction(error: &sqlx::Error) -> bool;
 }
 
 mod sealed {

@@ -83,6 +83,16 @@ type KeyRow = (
 /// SQLSTATE `lock_not_available`: the claim waited longer than its lock timeout.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
+/// SQLSTATE `in_failed_sql_transaction`: a statement of the handler failed earlier.
+const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
+
+fn sqlstate_is(error: &sqlx::Error, code: &str) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|c| c == code)
+}
+
 impl Backend for Postgres {
     async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
         idem.pool()
@@ -141,10 +151,11 @@ impl Backend for Postgres {
     }
 
     fn is_lock_timeout(error: &sqlx::Error) -> bool {
-        error
-            .as_database_error()
-            .and_then(|e| e.code())
-            .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
+        sqlstate_is(error, LOCK_NOT_AVAILABLE)
+    }
+
+    fn is_aborted_transaction(error: &sqlx::Error) -> bool {
+        sqlstate_is(error, IN_FAILED_SQL_TRANSACTION)
     }
 }
 

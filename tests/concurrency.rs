@@ -1,0 +1,104 @@
+//! Twenty identical keyed requests at once: the database lets exactly one run the
+//! handler; every other gets a byte-identical replay or a 409 with `Retry-After: 1`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use support::{ALICE, Env, Reply, TestApp, order_json, post_order};
+
+const PARALLEL: usize = 20;
+
+/// Sends `PARALLEL` copies of one keyed request at once and checks the protocol's promise;
+/// returns the number of replays and of 409s.
+async fn twenty_at_once(env: &Env, app: &TestApp, uri: &str) -> (usize, usize) {
+    let body = order_json("espresso", 3, 900);
+    let replies: Vec<Reply> =
+        join_all((0..PARALLEL).map(|_| app.call(post_order(ALICE, "same-key", &body).uri(uri))))
+            .await;
+
+    let originals: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| !r.replayed() && r.status == 201)
+        .collect();
+    assert_eq!(
+        originals.len(),
+        1,
+        "exactly one response runs the handler: {replies:#?}"
+    );
+    let original = originals[0];
+    let id = original.assert_created();
+
+    let (mut replays, mut conflicts) = (0, 0);
+    for reply in &replies {
+        if std::ptr::eq(reply, original) {
+            continue;
+        }
+        if reply.status == 409 {
+            reply.assert_idem_problem(409, "request-in-progress");
+            assert_eq!(reply.header("retry-after"), Some("1"));
+            assert!(!reply.replayed());
+            conflicts += 1;
+        } else {
+            reply.assert_replay_of(original);
+            assert_eq!(
+                reply.header("location"),
+                Some(format!("/orders/{id}").as_str())
+            );
+            replays += 1;
+        }
+    }
+    assert_eq!(replays + conflicts, PARALLEL - 1);
+    assert_eq!(env.orders().await, 1, "exactly one order row");
+    assert_eq!(
+        env.key_rows().await,
+        [(
+            ALICE.to_string(),
+            "same-key".to_owned(),
+            "completed".to_owned(),
+            Some(201)
+        )]
+    );
+    (replays, conflicts)
+}
+
+#[actix_web::test]
+async fn twenty_parallel_requests_create_one_order() {
+    let env = Env::new().await;
+    let app = support::service(&env.idem()).await;
+    twenty_at_once(&env, &app, "/orders").await;
+}
+
+#[actix_web::test]
+async fn twenty_overlapping_requests_wait_for_the_first_and_replay_it() {
+    let env = Env::new().await;
+    let app = support::service(&env.idem()).await;
+    let started = Instant::now();
+    let (replays, conflicts) = twenty_at_once(&env, &app, "/orders?delay_ms=300").await;
+    let elapsed = started.elapsed();
+    // The first holds its key for 300 ms, well within the default 1 s claim wait, so every
+    // duplicate waits for it and replays its answer instead of getting a 409...
+    assert_eq!((replays, conflicts), (PARALLEL - 1, 0));
+    // ...and they waited side by side, not one after another.
+    assert!(
+        elapsed >= Duration::from_millis(300),
+        "the handler slept: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_millis(1500),
+        "duplicates did not queue: {elapsed:?}"
+    );
+}
+
+#[actix_web::test]
+async fn duplicates_that_wait_less_than_the_first_runs_get_409() {
+    let env = Env::new().await;
+    let idem = env.idem().claim_wait(Duration::from_millis(50));
+    let app = support::service(&idem).await;
+    let started = Instant::now();
+    let (replays, conflicts) = twenty_at_once(&env, &app, "/orders?delay_ms=300").await;
+    // All twenty start together; each duplicate gives up 50 ms into the first's 300 ms.
+    assert_eq!((replays, conflicts), (0, PARALLEL - 1));
+    assert!(started.elapsed() < Duration::from_millis(1500));
+}

@@ -1,0 +1,203 @@
+//! What idem does with the transaction around the handler: the handler's statements run
+//! with the application's lock timeout, a failed statement is handled without losing or
+//! inventing data, and a handler that ends the transaction itself is caught.
+
+mod support;
+
+use actix_web::{HttpResponse, post, web};
+use support::app::Account;
+use support::{ALICE, Env, TestApp, post};
+
+/// Answers with the `lock_timeout` its own statements run under.
+#[post("/test/lock-timeout")]
+#[idem::idempotent(scope = account)]
+async fn lock_timeout(account: Account, tx: idem::Tx) -> HttpResponse {
+    let _ = account;
+    let value: String = sqlx::query_scalar("SHOW lock_timeout")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("SHOW works");
+    HttpResponse::Ok().body(value)
+}
+
+/// Inserts a name; a taken name is a 409 the handler answers itself, or (with
+/// `?pretend=1`) a success it should not claim.
+#[post("/test/claim-name")]
+#[idem::idempotent(scope = account)]
+async fn claim_name(
+    account: Account,
+    tx: idem::Tx,
+    query: web::Query<Vec<(String, String)>>,
+) -> HttpResponse {
+    let inserted = sqlx::query("INSERT INTO names (name, account_id) VALUES ('taken', $1)")
+        .bind(account.id())
+        .execute(&mut *tx)
+        .await;
+    match inserted {
+        Ok(_) => HttpResponse::Created().body("yours"),
+        Err(_) if !query.is_empty() => HttpResponse::Created().body("pretending it worked"),
+        Err(error)
+            if error
+                .as_database_error()
+                .is_some_and(|e| e.is_unique_violation()) =>
+        {
+            HttpResponse::Conflict().body("the name is taken")
+        }
+        Err(_) => HttpResponse::InternalServerError().finish(),
+    }
+}
+
+/// Ends idem's transaction with a raw statement, which handlers must never do.
+#[post("/test/end-transaction/{how}")]
+#[idem::idempotent(scope = account)]
+async fn end_transaction(account: Account, how: web::Path<String>, tx: idem::Tx) -> HttpResponse {
+    sqlx::query("INSERT INTO names (name, account_id) VALUES ('mine', $1)")
+        .bind(account.id())
+        .execute(&mut *tx)
+        .await
+        .expect("insert");
+    let statement = if how.as_str() == "commit" {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    sqlx::raw_sql(statement)
+        .execute(&mut *tx)
+        .await
+        .expect("end");
+    HttpResponse::Created().body("done")
+}
+
+/// Reads no body at all.
+#[post("/test/no-body")]
+#[idem::idempotent(scope = account)]
+async fn no_body(account: Account) -> HttpResponse {
+    let _ = account;
+    HttpResponse::Accepted().body("accepted")
+}
+
+async fn app(env: &Env) -> TestApp {
+    sqlx::query("CREATE TABLE names (name text PRIMARY KEY, account_id bigint NOT NULL)")
+        .execute(&env.pool)
+        .await
+        .expect("create table");
+    support::service_with(&env.idem(), |cfg| {
+        cfg.service(lock_timeout)
+            .service(claim_name)
+            .service(end_transaction)
+            .service(no_body);
+    })
+    .await
+}
+
+async fn names(env: &Env) -> Vec<String> {
+    sqlx::query_scalar("SELECT name FROM names ORDER BY name")
+        .fetch_all(&env.pool)
+        .await
+        .expect("names")
+}
+
+#[actix_web::test]
+async fn the_handler_runs_with_the_applications_lock_timeout_not_the_claims() {
+    let env = Env::new().await;
+    let app = app(&env).await;
+    let reply = app
+        .call(post("/test/lock-timeout", ALICE, "lt-1", ""))
+        .await;
+    assert_eq!(reply.status, 200);
+    // PostgreSQL's default; the claim's 1 s must not leak into business statements.
+    assert_eq!(&reply.body[..], b"0");
+}
+
+#[actix_web::test]
+async fn a_4xx_answered_after_a_failed_statement_is_stored_and_replayed() {
+    let env = Env::new().await;
+    let app = app(&env).await;
+    sqlx::query("INSERT INTO names VALUES ('taken', 1)")
+        .execute(&env.pool)
+        .await
+        .expect("take the name");
+
+    let first = app.call(post("/test/claim-name", ALICE, "n-1", "")).await;
+    assert_eq!(
+        (first.status, &first.body[..]),
+        (409, &b"the name is taken"[..])
+    );
+    assert!(!first.replayed());
+
+    // The name is free now, but the key's outcome was the 409: retries see it.
+    sqlx::query("DELETE FROM names")
+        .execute(&env.pool)
+        .await
+        .expect("free the name");
+    let again = app.call(post("/test/claim-name", ALICE, "n-1", "")).await;
+    again.assert_replay_of(&first);
+    assert!(names(&env).await.is_empty(), "a replay runs nothing");
+    assert_eq!(env.key_rows().await.len(), 1);
+}
+
+#[actix_web::test]
+async fn a_success_claimed_after_a_failed_statement_is_rolled_back() {
+    let env = Env::new().await;
+    let app = app(&env).await;
+    sqlx::query("INSERT INTO names VALUES ('taken', 1)")
+        .execute(&env.pool)
+        .await
+        .expect("take the name");
+
+    let reply = app
+        .call(post("/test/claim-name?pretend=1", ALICE, "n-2", ""))
+        .await;
+    reply.assert_idem_problem(500, "transaction-aborted");
+    assert_eq!(env.keys().await, 0, "no key: the request may be retried");
+
+    sqlx::query("DELETE FROM names")
+        .execute(&env.pool)
+        .await
+        .expect("free the name");
+    let retry = app
+        .call(post("/test/claim-name?pretend=1", ALICE, "n-2", ""))
+        .await;
+    assert_eq!((retry.status, &retry.body[..]), (201, &b"yours"[..]));
+    assert_eq!(names(&env).await, ["taken"]);
+}
+
+#[actix_web::test]
+async fn a_handler_that_rolls_back_itself_saves_nothing() {
+    let env = Env::new().await;
+    let app = app(&env).await;
+    let reply = app
+        .call(post("/test/end-transaction/rollback", ALICE, "e-1", ""))
+        .await;
+    reply.assert_idem_problem(500, "transaction-ended");
+    assert!(names(&env).await.is_empty());
+    assert_eq!(env.keys().await, 0);
+}
+
+#[actix_web::test]
+async fn a_handler_that_commits_itself_still_gets_its_key_recorded() {
+    let env = Env::new().await;
+    let app = app(&env).await;
+    let first = app
+        .call(post("/test/end-transaction/commit", ALICE, "e-2", ""))
+        .await;
+    assert_eq!((first.status, &first.body[..]), (201, &b"done"[..]));
+    // The write is durable and so is the key: a retry replays instead of inserting again.
+    let again = app
+        .call(post("/test/end-transaction/commit", ALICE, "e-2", ""))
+        .await;
+    again.assert_replay_of(&first);
+    assert_eq!(names(&env).await, ["mine"]);
+}
+
+#[actix_web::test]
+async fn an_empty_body_with_a_json_content_type_is_not_invalid_json() {
+    let env = Env::new().await;
+    let app = app(&env).await;
+    let request = || {
+        post("/test/no-body", ALICE, "b-1", "").insert_header(("content-type", "application/json"))
+    };
+    let first = app.call(request()).await;
+    assert_eq!(first.status, 202);
+    app.call(request()).await.assert_replay_of(&first);
+}

@@ -1,0 +1,148 @@
+//! idem's migrations keep their own history (`_idem_migrations`), so they and the
+//! application's `sqlx::migrate!` (default `_sqlx_migrations`) run in any order and any
+//! number of times, and several instances may migrate one database at once.
+
+mod support;
+
+use idem_testkit::TestDb;
+use sqlx::{AssertSqlSafe, PgPool};
+use support::app;
+
+/// `(version, checksum, installed_on as text)` of a history table, by version.
+async fn history(pool: &PgPool, table: &str) -> Vec<(i64, Vec<u8>, String)> {
+    let sql = format!(
+        "SELECT version, checksum, installed_on::text FROM {table} WHERE success ORDER BY version"
+    );
+    sqlx::query_as(AssertSqlSafe(sql))
+        .fetch_all(pool)
+        .await
+        .expect("read history")
+}
+
+async fn versions(pool: &PgPool, table: &str) -> Vec<i64> {
+    history(pool, table)
+        .await
+        .into_iter()
+        .map(|row| row.0)
+        .collect()
+}
+
+async fn table_exists(pool: &PgPool, table: &str) -> bool {
+    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(table)
+        .fetch_one(pool)
+        .await
+        .expect("to_regclass")
+}
+
+fn app_versions() -> Vec<i64> {
+    app::MIGRATOR.iter().map(|m| m.version).collect()
+}
+
+/// Both histories hold exactly their own migrations and both schemas are in place.
+async fn assert_both_applied(pool: &PgPool) {
+    assert_eq!(versions(pool, "_sqlx_migrations").await, app_versions());
+    let idem_versions = versions(pool, idem::MIGRATIONS_TABLE).await;
+    assert!(!idem_versions.is_empty(), "idem recorded its migrations");
+    assert!(
+        idem_versions.iter().all(|v| !app_versions().contains(v)),
+        "idem's history holds none of the application's versions"
+    );
+    assert!(table_exists(pool, "idem_keys").await);
+    assert!(table_exists(pool, "orders").await);
+}
+
+#[tokio::test]
+async fn migrating_twice_changes_nothing() {
+    let db = TestDb::new().await;
+    let pool = db.pool(2).await;
+
+    idem::migrate(&pool).await.expect("first migrate");
+    assert_eq!(idem::MIGRATIONS_TABLE, "_idem_migrations");
+    let before = history(&pool, "_idem_migrations").await;
+    assert!(!before.is_empty());
+    assert!(table_exists(&pool, "idem_keys").await);
+    assert!(
+        !table_exists(&pool, "_sqlx_migrations").await,
+        "idem does not touch the application's history table"
+    );
+
+    idem::migrate(&pool)
+        .await
+        .expect("second migrate is a no-op");
+    assert_eq!(
+        history(&pool, "_idem_migrations").await,
+        before,
+        "nothing re-applied"
+    );
+}
+
+#[tokio::test]
+async fn the_application_first_then_idem() {
+    let db = TestDb::new().await;
+    let pool = db.pool(2).await;
+    app::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("app migrations on a fresh database");
+    idem::migrate(&pool).await.expect("idem after the app");
+    app::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("app again: no `version missing`");
+    idem::migrate(&pool).await.expect("idem again");
+    assert_both_applied(&pool).await;
+}
+
+#[tokio::test]
+async fn idem_first_then_the_application() {
+    let db = TestDb::new().await;
+    let pool = db.pool(2).await;
+    idem::migrate(&pool)
+        .await
+        .expect("idem on a fresh database");
+    app::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("app after idem: no `version missing`");
+    idem::migrate(&pool).await.expect("idem again");
+    app::MIGRATOR.run(&pool).await.expect("app again");
+    assert_both_applied(&pool).await;
+}
+
+/// Runs `migrate` from eight pools (eight "instances") at once on one fresh database.
+async fn eight_at_once<F, Fut>(db: &TestDb, migrate: F)
+where
+    F: Fn(PgPool) -> Fut,
+    Fut: Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send + 'static,
+{
+    let mut pools = Vec::new();
+    for _ in 0..8 {
+        pools.push(db.pool(1).await);
+    }
+    let tasks: Vec<_> = pools
+        .iter()
+        .map(|pool| tokio::spawn(migrate(pool.clone())))
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        task.await
+            .expect("task")
+            .unwrap_or_else(|e| panic!("instance {i}: {e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_instances_run_idem_migrate_at_once() {
+    let db = TestDb::new().await;
+    eight_at_once(&db, |pool| async move { idem::migrate(&pool).await }).await;
+    let pool = db.pool(1).await;
+    assert!(!versions(&pool, "_idem_migrations").await.is_empty());
+    assert!(table_exists(&pool, "idem_keys").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_instances_of_the_example_migrate_at_once() {
+    let db = TestDb::new().await;
+    eight_at_once(&db, |pool| async move { app::setup(&pool).await }).await;
+    assert_both_applied(&db.pool(1).await).await;
+}

@@ -1,0 +1,125 @@
+//! A key reused for a different request gets 422 `idempotency-key-reused`, saying whether
+//! the method/path or the body differs; a body that differs only in JSON key order or
+//! whitespace is the same request and replays.
+
+mod support;
+
+use actix_web::test::TestRequest;
+use actix_web::{HttpResponse, post, put};
+use support::app::Account;
+use support::{ALICE, Env, Reply, TestApp, order_json, post, post_order};
+
+/// `/orders` with PUT, so the same path can be reached with another method.
+#[put("/orders")]
+#[idem::idempotent(scope = account, retention = "24h")]
+async fn put_orders(account: Account, tx: idem::Tx) -> HttpResponse {
+    sqlx::query("SELECT $1::bigint")
+        .bind(account.id())
+        .execute(&mut *tx)
+        .await
+        .expect("query");
+    HttpResponse::Ok().body("put")
+}
+
+/// Another keyed POST path.
+#[post("/test/other")]
+#[idem::idempotent(scope = account, retention = "24h")]
+async fn other_path(account: Account, tx: idem::Tx) -> HttpResponse {
+    sqlx::query("SELECT $1::bigint")
+        .bind(account.id())
+        .execute(&mut *tx)
+        .await
+        .expect("query");
+    HttpResponse::Ok().body("other")
+}
+
+async fn app_with_first_order(env: &Env, key: &str) -> (TestApp, Reply) {
+    let app = support::service_with(&env.idem(), |cfg| {
+        cfg.service(put_orders).service(other_path);
+    })
+    .await;
+    let first = app
+        .call(post_order(ALICE, key, &order_json("tea", 2, 500)))
+        .await;
+    first.assert_created();
+    (app, first)
+}
+
+fn assert_reused(reply: &Reply, mismatch: &str) {
+    let problem = reply.assert_idem_problem(422, "idempotency-key-reused");
+    assert_eq!(
+        problem["mismatch"], mismatch,
+        "mismatch member; body: {problem}"
+    );
+    assert!(!reply.replayed());
+}
+
+#[actix_web::test]
+async fn a_different_body_is_a_body_mismatch() {
+    let env = Env::new().await;
+    let (app, first) = app_with_first_order(&env, "k").await;
+
+    for body in [
+        order_json("tea", 3, 500),
+        order_json("coffee", 2, 500),
+        order_json("tea", 2, 501),
+        // An extra member is a different request too.
+        r#"{"item":"tea","quantity":2,"amount_cents":500,"note":"x"}"#.to_owned(),
+    ] {
+        assert_reused(&app.call(post_order(ALICE, "k", &body)).await, "body");
+    }
+
+    assert_eq!(env.orders().await, 1);
+    // The key still belongs to the first request.
+    app.call(post_order(ALICE, "k", &order_json("tea", 2, 500)))
+        .await
+        .assert_replay_of(&first);
+}
+
+#[actix_web::test]
+async fn a_different_path_query_or_method_is_a_method_or_path_mismatch() {
+    let env = Env::new().await;
+    let (app, first) = app_with_first_order(&env, "k").await;
+    let body = order_json("tea", 2, 500);
+
+    // Another query string, even one that changes nothing in the handler.
+    assert_reused(
+        &app.call(post("/orders?delay_ms=0", ALICE, "k", &body))
+            .await,
+        "method_or_path",
+    );
+    // Another path.
+    assert_reused(
+        &app.call(post("/test/other", ALICE, "k", &body)).await,
+        "method_or_path",
+    );
+    // Another method on the same path.
+    let put = TestRequest::put()
+        .uri("/orders")
+        .insert_header(("x-account-id", ALICE.to_string()))
+        .insert_header(("idempotency-key", "k"))
+        .insert_header(("content-type", "application/json"))
+        .set_payload(body.clone());
+    assert_reused(&app.call(put).await, "method_or_path");
+
+    assert_eq!(env.orders().await, 1);
+    app.call(post_order(ALICE, "k", &body))
+        .await
+        .assert_replay_of(&first);
+}
+
+#[actix_web::test]
+async fn reordered_keys_and_whitespace_replay() {
+    let env = Env::new().await;
+    let (app, first) = app_with_first_order(&env, "k").await;
+
+    for body in [
+        r#"{"amount_cents":500,"quantity":2,"item":"tea"}"#,
+        "{\n  \"quantity\" : 2,\n  \"item\" : \"tea\",\n  \"amount_cents\" : 500\n}\n",
+        "  {\"item\":\"tea\",\t\"amount_cents\":500,\"quantity\":2}  ",
+    ] {
+        let again = app.call(post_order(ALICE, "k", body)).await;
+        again.assert_replay_of(&first);
+    }
+    assert_eq!(env.orders().await, 1);
+}

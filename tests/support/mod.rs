@@ -1,0 +1,307 @@
+//! Shared by the integration tests: the example's application on a fresh PostgreSQL
+//! database, requests to it, and what the database holds afterwards.
+//!
+//! Every test file says `mod support;` and uses the part it needs.
+#![allow(dead_code)]
+
+#[path = "../../examples/orders/app.rs"]
+pub(crate) mod app;
+
+use std::rc::Rc;
+
+use actix_web::App;
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::test::{self, TestRequest};
+use actix_web::web::{self, Bytes};
+use futures_util::future::LocalBoxFuture;
+use idem_testkit::TestDb;
+use serde_json::Value;
+use sqlx::PgPool;
+
+/// Two callers.
+pub(crate) const ALICE: i64 = 1001;
+pub(crate) const BOB: i64 = 2002;
+
+/// The `type` of idem's problem responses, before the slug.
+pub(crate) const IDEM_PROBLEM: &str = "https://docs.rs/idem/latest/idem/problem/index.html#";
+
+/// The `type` of the example's own problem responses, before the slug.
+pub(crate) const APP_PROBLEM: &str =
+    "https://github.com/idem-rs/idem/blob/main/examples/orders/README.md#";
+
+/// Pool size for the tests: room for 20 concurrent requests plus the test's own queries.
+pub(crate) const POOL_SIZE: u32 = 25;
+
+/// A fresh database with idem's and the example's migrations applied.
+pub(crate) struct Env {
+    /// Kept so the database outlives the test (it is dropped with the value).
+    pub(crate) db: TestDb,
+    pub(crate) pool: PgPool,
+}
+
+impl Env {
+    pub(crate) async fn new() -> Self {
+        let db = TestDb::new().await;
+        let pool = db.pool(POOL_SIZE).await;
+        app::setup(&pool)
+            .await
+            .expect("migrations apply to a fresh database");
+        Self { db, pool }
+    }
+
+    /// idem with its defaults, on this database.
+    pub(crate) fn idem(&self) -> idem::Idem {
+        idem::Idem::new(self.pool.clone())
+    }
+
+    /// Rows in the example's `orders` table.
+    pub(crate) async fn orders(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM orders").await
+    }
+
+    /// Rows in `orders` that belong to `account`.
+    pub(crate) async fn orders_of(&self, account: i64) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE account_id = $1")
+            .bind(account)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count orders")
+    }
+
+    /// Rows in idem's key table.
+    pub(crate) async fn keys(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM idem_keys").await
+    }
+
+    /// `(scope, key, state, response_status)` of every key row, ordered by scope and key.
+    pub(crate) async fn key_rows(&self) -> Vec<(String, String, String, Option<i16>)> {
+        sqlx::query_as(
+            "SELECT scope, idem_key, state, response_status FROM idem_keys \
+             ORDER BY scope COLLATE \"C\", idem_key COLLATE \"C\"",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .expect("read idem_keys")
+    }
+
+    async fn scalar(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|error| panic!("{sql}: {error}"))
+    }
+}
+
+/// The application under test, in-process: requests go straight to its service.
+pub(crate) struct TestApp {
+    send: Box<dyn Fn(TestRequest) -> LocalBoxFuture<'static, Reply>>,
+}
+
+impl TestApp {
+    /// Sends a request and reads the whole response. Calls may run concurrently.
+    pub(crate) fn call(&self, req: TestRequest) -> LocalBoxFuture<'static, Reply> {
+        (self.send)(req)
+    }
+}
+
+/// The example's application with `idem`, plus whatever `extra` registers (test-only
+/// handlers and their app data).
+pub(crate) async fn service_with(
+    idem: &idem::Idem,
+    extra: impl FnOnce(&mut web::ServiceConfig),
+) -> TestApp {
+    let service = Rc::new(
+        test::init_service(
+            App::new()
+                .configure(|cfg| app::configure(cfg, idem))
+                .configure(extra),
+        )
+        .await,
+    );
+    // Boxing here keeps actix's request type (from actix-http, not a dependency of this
+    // crate) out of every signature.
+    TestApp {
+        send: Box::new(move |req| {
+            let service = Rc::clone(&service);
+            Box::pin(async move {
+                let response = test::call_service(&*service, req.to_request()).await;
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let body = test::read_body(response).await;
+                Reply {
+                    status,
+                    headers,
+                    body,
+                }
+            })
+        }),
+    }
+}
+
+/// The example's application exactly as `main` builds it.
+pub(crate) async fn service(idem: &idem::Idem) -> TestApp {
+    service_with(idem, |_| {}).await
+}
+
+/// A response taken apart: status, headers and the exact body bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+impl Reply {
+    /// The one value of header `name`, as text.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        let mut values = self.headers.get_all(name);
+        let value = values.next()?;
+        assert!(
+            values.next().is_none(),
+            "header {name} appears more than once"
+        );
+        Some(value.to_str().expect("header value is text"))
+    }
+
+    /// Whether idem marked this response as a replay (`Idempotent-Replayed: true`).
+    /// Any other value of the header fails the test.
+    pub(crate) fn replayed(&self) -> bool {
+        match self.header("idempotent-replayed") {
+            None => false,
+            Some("true") => true,
+            Some(other) => panic!("Idempotent-Replayed: {other:?}"),
+        }
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|error| {
+            panic!(
+                "body is not JSON ({error}): {:?}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// Asserts a problem+json response with this status and `type`; returns its body.
+    pub(crate) fn assert_problem(&self, status: u16, type_uri: &str) -> Value {
+        assert_eq!(
+            self.status,
+            status,
+            "status; body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let body = self.json();
+        assert_eq!(body["type"], type_uri, "problem type; body: {body}");
+        assert_eq!(
+            body["status"], status,
+            "problem status member; body: {body}"
+        );
+        assert!(
+            body["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "problem title; body: {body}"
+        );
+        body
+    }
+
+    /// Asserts one of idem's problems, e.g. `assert_idem_problem(409, "request-in-progress")`.
+    pub(crate) fn assert_idem_problem(&self, status: u16, slug: &str) -> Value {
+        self.assert_problem(status, &format!("{IDEM_PROBLEM}{slug}"))
+    }
+
+    /// Asserts one of the example's problems, e.g. `assert_app_problem(402, "card-declined")`.
+    pub(crate) fn assert_app_problem(&self, status: u16, slug: &str) -> Value {
+        self.assert_problem(status, &format!("{APP_PROBLEM}{slug}"))
+    }
+
+    /// Asserts a 201 from `POST /orders` that ran the handler (not a replay); returns the
+    /// order's id.
+    pub(crate) fn assert_created(&self) -> i64 {
+        assert_eq!(
+            self.status,
+            201,
+            "status; body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
+        assert!(
+            !self.replayed(),
+            "an original response is not marked as replayed"
+        );
+        let id = self.json()["id"]
+            .as_i64()
+            .expect("the order has an integer id");
+        assert_eq!(
+            self.header("location"),
+            Some(format!("/orders/{id}").as_str())
+        );
+        assert_eq!(self.header("content-type"), Some("application/json"));
+        id
+    }
+
+    /// Asserts that this is a replay of `original`: the same status, the same body bytes,
+    /// the same replayable headers, plus `Idempotent-Replayed: true`.
+    pub(crate) fn assert_replay_of(&self, original: &Reply) {
+        assert!(!original.replayed(), "the original is not itself a replay");
+        assert!(
+            self.replayed(),
+            "a replay carries Idempotent-Replayed: true"
+        );
+        assert_eq!(self.status, original.status, "replayed status");
+        assert_eq!(self.body, original.body, "replayed body bytes");
+        for name in [
+            "location",
+            "content-type",
+            "content-location",
+            "etag",
+            "last-modified",
+        ] {
+            assert_eq!(
+                self.header(name),
+                original.header(name),
+                "replayed {name} header"
+            );
+        }
+    }
+}
+
+/// A JSON order body in compact form.
+pub(crate) fn order_json(item: &str, quantity: i64, amount_cents: i64) -> String {
+    serde_json::json!({ "item": item, "quantity": quantity, "amount_cents": amount_cents })
+        .to_string()
+}
+
+/// `POST uri` as `account` with a JSON `body` and no idempotency key.
+pub(crate) fn post_unkeyed(uri: &str, account: i64, body: &str) -> TestRequest {
+    TestRequest::post()
+        .uri(uri)
+        .insert_header(("x-account-id", account.to_string()))
+        .insert_header(("content-type", "application/json"))
+        .set_payload(body.to_owned())
+}
+
+/// `POST uri` as `account` with `Idempotency-Key: key` and a JSON `body`.
+pub(crate) fn post(uri: &str, account: i64, key: &str, body: &str) -> TestRequest {
+    post_raw_key(uri, account, key.as_bytes(), body)
+}
+
+/// Like [`post`], with the key header's raw bytes (for non-ASCII keys).
+pub(crate) fn post_raw_key(uri: &str, account: i64, key: &[u8], body: &str) -> TestRequest {
+    let key = HeaderValue::from_bytes(key).expect("bytes allowed in a header value");
+    post_unkeyed(uri, account, body)
+        .insert_header((HeaderName::from_static("idempotency-key"), key))
+}
+
+/// `POST /orders` as `account` with `Idempotency-Key: key`.
+pub(crate) fn post_order(account: i64, key: &str, body: &str) -> TestRequest {
+    post("/orders", account, key, body)
+}
+
+/// `GET uri` as `account`.
+pub(crate) fn get(uri: &str, account: i64) -> TestRequest {
+    TestRequest::get()
+        .uri(uri)
+        .insert_header(("x-account-id", account.to_string()))
+}
