@@ -240,8 +240,9 @@ impl FromRequest for TestHooks {
 
 /// Creates an order: 201 with the order and its `Location`, or 402 when the card is
 /// declined. Both outcomes are stored and replayed for the key.
-#[post("/orders")]
+// `#[idempotent]` above the route attribute, so idem's registry records the route too.
 #[idem::idempotent(scope = account, retention = "24h")]
+#[post("/orders")]
 async fn create_order(
     account: Account,
     tx: idem::Tx,

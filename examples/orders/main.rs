@@ -12,8 +12,8 @@
 //! # API
 //!
 //! Every request names its caller with `X-Account-Id: <positive 64-bit integer>`;
-//! without a usable one the answer is 401 `unauthenticated` (on `POST /orders` idem
-//! checks the `Idempotency-Key` header first, so a request with neither gets idem's 400).
+//! without a usable one the answer is 401 `unauthenticated` (on `POST /orders` too:
+//! idem checks the `Idempotency-Key` header after the handler's extractors).
 //!
 //! | request | answer |
 //! |---|---|
@@ -88,6 +88,18 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
 
+    // What operators should know: which endpoints are idempotent and how long keys live.
+    for policy in idem::policies() {
+        let route = policy.route().map_or_else(
+            || policy.handler().to_owned(),
+            |(method, path)| format!("{method} {path}"),
+        );
+        println!(
+            "orders: idempotent {route}: scope {}, retention {}s",
+            policy.scope(),
+            policy.retention().as_secs()
+        );
+    }
     let idem = idem::Idem::new(pool);
     let server = HttpServer::new(move || App::new().configure(|cfg| app::configure(cfg, &idem)));
     let server = match server.bind(&bind_addr) {

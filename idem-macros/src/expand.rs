@@ -115,6 +115,10 @@ fn generate(model: &Model) -> TokenStream {
         .trim()
         .to_owned();
     let retention_secs = model.retention.as_secs();
+    let with_route = model
+        .route
+        .as_ref()
+        .map(|(method, path)| quote!(.with_route(#method, #path)));
 
     let backend = match model.params.iter().find(|p| p.is_tx) {
         Some(param) => {
@@ -173,7 +177,10 @@ fn generate(model: &Model) -> TokenStream {
                 ::core::module_path!(),
                 #scope_name,
                 #retention_secs,
-            );
+            )#with_route;
+            ::idem::__private::inventory::submit! {
+                ::idem::__private::Registration(&#policy)
+            }
 
             let #prepared = match ::idem::__private::prepare::<#backend>(&#policy, #req, #payload).await {
                 ::core::result::Result::Ok(prepared) => prepared,

@@ -24,6 +24,8 @@ pub(crate) struct Model {
     pub(crate) params: Vec<Param>,
     /// Index in `params` of the scope parameter.
     pub(crate) scope: usize,
+    /// Method and path of a route attribute written below `#[idempotent]`.
+    pub(crate) route: Option<(String, syn::LitStr)>,
     pub(crate) retention: Duration,
 }
 
@@ -234,6 +236,7 @@ pub(crate) fn check(args: Args, func: &ItemFn, mut errors: Errors) -> Result<Mod
         params,
         scope,
         retention,
+        route: func.attrs.iter().find_map(visible_route),
     });
     match (errors.finish(()), model) {
         (Ok(()), Some(model)) => Ok(model),
@@ -327,4 +330,24 @@ fn safe_method_route(attr: &Attribute) -> Option<&'static str> {
         }
         _ => None,
     }
+}
+
+/// `#[post("/orders")]` and friends, as (method, path), for the registry.
+fn visible_route(attr: &Attribute) -> Option<(String, LitStr)> {
+    let name = attr.path().segments.last()?.ident.to_string();
+    let method = match name.as_str() {
+        "post" | "put" | "patch" | "delete" | "options" | "trace" | "connect" => {
+            name.to_uppercase()
+        }
+        _ => return None,
+    };
+    let Meta::List(list) = &attr.meta else {
+        return None;
+    };
+    let path = list.parse_args_with(|input: syn::parse::ParseStream<'_>| {
+        let path: LitStr = input.parse()?;
+        let _: proc_macro2::TokenStream = input.parse()?;
+        Ok(path)
+    });
+    path.ok().map(|path| (method, path))
 }

@@ -11,6 +11,7 @@ mod key;
 mod migrate;
 mod policy;
 pub mod problem;
+mod registry;
 mod scope;
 mod store;
 mod tx;
@@ -21,6 +22,7 @@ pub use flow::IDEMPOTENT_REPLAYED;
 pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{MIGRATIONS_TABLE, migrate};
 pub use policy::Policy;
+pub use registry::policies;
 pub use scope::ScopeKey;
 pub use store::Backend;
 pub use tx::Tx;
@@ -30,9 +32,11 @@ pub use tx::Tx;
 pub mod __private {
     pub use crate::Policy;
     pub use crate::flow::{Prepared, extract, prepare, respond};
+    pub use crate::registry::Registration;
     pub use actix_web::dev::Payload;
     pub use actix_web::web::Payload as WebPayload;
     pub use actix_web::{HttpRequest, HttpResponse};
+    pub use inventory;
 
     /// The scope value of the parameter named by `scope = ..`.
     pub fn scope_key<S: crate::ScopeKey + ?Sized>(scope: &S) -> String {

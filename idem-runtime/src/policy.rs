@@ -4,7 +4,8 @@ use std::time::Duration;
 
 /// The idempotency policy of one handler, as its `#[idempotent]` attribute declared it.
 ///
-/// The macro builds one per handler in a `static`.
+/// The macro builds one per handler in a `static` and registers it, so
+/// [`policies`](crate::policies) lists every idempotent endpoint of the application.
 ///
 /// ```
 /// use std::time::Duration;
@@ -19,6 +20,7 @@ pub struct Policy {
     module_path: &'static str,
     scope: &'static str,
     retention_secs: u64,
+    route: Option<(&'static str, &'static str)>,
 }
 
 impl Policy {
@@ -35,7 +37,22 @@ impl Policy {
             module_path,
             scope,
             retention_secs,
+            route: None,
         }
+    }
+
+    /// The same policy with the route's method and path, when the macro can see them
+    /// (with `#[idempotent]` written above the route attribute).
+    pub const fn with_route(self, method: &'static str, path: &'static str) -> Self {
+        Self {
+            route: Some((method, path)),
+            ..self
+        }
+    }
+
+    /// The route's method and path pattern, if the attribute could see them.
+    pub fn route(&self) -> Option<(&'static str, &'static str)> {
+        self.route
     }
 
     /// The handler function's name.

@@ -1,0 +1,54 @@
+//! The registry lists every `#[idempotent]` handler linked into the program.
+
+mod support;
+
+use actix_web::{HttpResponse, put, web};
+
+/// Declared here, with `#[idempotent]` below the route attribute: the route is not
+/// visible to it, so the registry knows the handler by name only.
+#[put("/test/things/{id}")]
+#[idem::idempotent(scope = id, retention = "7d")]
+async fn put_thing(id: web::Path<i64>) -> HttpResponse {
+    HttpResponse::Ok().body(id.to_string())
+}
+
+#[test]
+fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
+    // Referenced so the linker keeps this file's handler.
+    let _ = put_thing;
+    let policies: Vec<_> = idem::policies()
+        .into_iter()
+        .map(|p| {
+            (
+                p.module_path()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+                p.handler(),
+                p.scope(),
+                p.retention().as_secs(),
+                p.route(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            (
+                "app".to_owned(),
+                "create_order",
+                "account",
+                24 * 3600,
+                Some(("POST", "/orders"))
+            ),
+            (
+                "registry".to_owned(),
+                "put_thing",
+                "id",
+                7 * 24 * 3600,
+                None
+            ),
+        ]
+    );
+}
