@@ -36,18 +36,18 @@ fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
         policies,
         [
             (
-                "app".to_owned(),
-                "create_order",
-                "account",
-                24 * 3600,
-                Some(("POST", "/orders"))
-            ),
-            (
                 "registry".to_owned(),
                 "put_thing",
                 "id",
                 7 * 24 * 3600,
                 None
+            ),
+            (
+                "app".to_owned(),
+                "create_order",
+                "account",
+                24 * 3600,
+                Some(("POST", "/orders"))
             ),
         ]
     );
