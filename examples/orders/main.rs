@@ -1,4 +1,5 @@
-//! An orders service whose `POST /orders` is idempotent with idem.
+//! An orders service whose `POST /orders` is idempotent with idem, and whose
+//! `POST /payments` uses idem's phased form around a payment provider.
 //!
 //! ```text
 //! DATABASE_URL=postgres://localhost/orders cargo run --example orders
@@ -7,7 +8,8 @@
 //! Environment: `DATABASE_URL` (required, a PostgreSQL URL) and `BIND_ADDR` (default
 //! `127.0.0.1:8080`). At startup it applies idem's migrations (history in
 //! `_idem_migrations`) and its own from `examples/orders/migrations` (history in sqlx's
-//! default `_sqlx_migrations`), prints `orders: serving on http://<addr>` and serves.
+//! default `_sqlx_migrations`), starts the outbox relay that delivers payment receipts,
+//! prints `orders: serving on http://<addr>` and serves.
 //!
 //! # API
 //!
@@ -50,9 +52,36 @@
 //!   and the key back.
 //! - `?fail=panic` panics after the insert; idem answers 500 `handler-panicked` and rolls
 //!   back.
+//!
+//! # Payments (the phased form)
+//!
+//! | request | answer |
+//! |---|---|
+//! | `POST /payments` with `Idempotency-Key` and `{"amount_cents": int, "currency": string}` | 201, the payment as JSON (`id`, `amount_cents`, `currency`, `state`, `provider_charge_id`, `created_at`), `Location: /payments/{id}` |
+//! | the same key again, same request | the stored answer byte for byte, plus `Idempotent-Replayed: true` |
+//! | the same key while an attempt holds its 3 s lease | 409 `request-in-progress`, `Retry-After: 1` |
+//! | `GET /payments/{id}` | 200 with the payment and its `state`, or 404 `payment-not-found` |
+//! | `POST /provider/charges` with `Idempotency-Key` and `{"amount_cents", "currency"}` | the example's payment provider: 201 with a new charge, 200 with the same charge for a repeated key, 422 `provider-key-reused` for a repeated key with other values |
+//!
+//! `POST /payments` runs three phases, each committing on its own: `payment_created`
+//! (inserts the payment, state `created`), `charged` (calls the provider at the server's
+//! own address with a key idem derives from the account, the client's key and the step,
+//! then records the charge, state `charged`) and `receipt_queued` (writes a receipt into
+//! idem's outbox, state `succeeded`). The relay delivers receipts into the `receipts`
+//! table, deduplicated by message id. `amount_cents` is 1 to 100000000 and `currency`
+//! three capital letters, else 422 `invalid-payment` before the key is claimed. A
+//! provider failure is 502 `provider-failed`: the phases done so far are kept and a retry
+//! with the same key resumes.
+//!
+//! Test hook: with `IDEM_EXAMPLE_CRASH_AFTER=<point>` the process aborts (no cleanup, like
+//! a power cut) right after the phase `payment_created`, `charged` or `receipt_queued`
+//! commits, or at `provider_called`: inside `charged`, after the provider answered and
+//! before the phase commits. Any other value is refused at startup.
 
 mod app;
+mod payments;
 
+use std::net::TcpListener;
 use std::process::ExitCode;
 
 use actix_web::{App, HttpServer};
@@ -71,6 +100,19 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let bind_addr = std::env::var("BIND_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
+    let crash_after = match std::env::var("IDEM_EXAMPLE_CRASH_AFTER") {
+        Err(_) => None,
+        Ok(point) => match payments::CRASH_POINTS.iter().find(|p| **p == point) {
+            Some(point) => Some(*point),
+            None => {
+                eprintln!(
+                    "orders: IDEM_EXAMPLE_CRASH_AFTER={point:?} is not a crash point; use one of {}",
+                    payments::CRASH_POINTS.join(", ")
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+    };
 
     let pool = match PgPoolOptions::new()
         .max_connections(20)
@@ -100,9 +142,24 @@ async fn main() -> ExitCode {
             policy.retention().as_secs()
         );
     }
+    // Bound before the app is built: the payments call the provider at this address.
+    let listener = match TcpListener::bind(&bind_addr).and_then(|l| Ok((l.local_addr()?, l))) {
+        Ok(bound) => bound,
+        Err(error) => {
+            eprintln!("orders: cannot listen on {bind_addr}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (local_addr, listener) = listener;
+    let settings = payments::Settings::new(format!("http://{local_addr}"), crash_after);
+    let relay = payments::spawn_relay(pool.clone());
     let idem = idem::Idem::new(pool);
-    let server = HttpServer::new(move || App::new().configure(|cfg| app::configure(cfg, &idem)));
-    let server = match server.bind(&bind_addr) {
+    let server = HttpServer::new(move || {
+        App::new()
+            .configure(|cfg| app::configure(cfg, &idem))
+            .configure(|cfg| payments::configure(cfg, settings.clone()))
+    });
+    let server = match server.listen(listener) {
         Ok(server) => server,
         Err(error) => {
             eprintln!("orders: cannot listen on {bind_addr}: {error}");
@@ -112,7 +169,9 @@ async fn main() -> ExitCode {
     for addr in server.addrs() {
         println!("orders: serving on http://{addr}");
     }
-    match server.run().await {
+    let served = server.run().await;
+    relay.stop().await;
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("orders: server failed: {error}");

@@ -5,7 +5,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ItemFn, ReturnType};
 
-use crate::model::{self, Model, Placement};
+use crate::model::{self, Model, Placement, Role};
 use crate::parse;
 
 /// Entry point: never drops the user's function, even on error, so editors keep
@@ -101,6 +101,7 @@ fn generate(model: &Model) -> TokenStream {
     let request = syn::Ident::new("__idem_request", mixed);
     let scope = syn::Ident::new("__idem_scope", mixed);
     let tx = syn::Ident::new("__idem_tx", mixed);
+    let phases = syn::Ident::new("__idem_phases", mixed);
     let policy = syn::Ident::new("__IDEM_POLICY", mixed);
 
     let handler_name = name.to_string();
@@ -120,10 +121,14 @@ fn generate(model: &Model) -> TokenStream {
         .as_ref()
         .map(|(method, path)| quote!(.with_route(#method, #path)));
 
-    let backend = match model.params.iter().find(|p| p.is_tx) {
-        Some(param) => {
+    let backend = match model.params.iter().find(|p| p.role != Role::Extractor) {
+        Some(param) if param.role == Role::Tx => {
             let ty = model::tx_type_static(&param.ty);
             quote_spanned!(param.ty.span()=> <#ty as ::idem::__private::TxBackend>::Backend)
+        }
+        Some(param) => {
+            let ty = &param.ty;
+            quote_spanned!(ty.span()=> <#ty as ::idem::__private::PhasesBackend>::Backend)
         }
         None => quote!(<::idem::Tx<'static> as ::idem::__private::TxBackend>::Backend),
     };
@@ -132,9 +137,16 @@ fn generate(model: &Model) -> TokenStream {
     let mut call_args = Vec::new();
     let mut scope_arg = None;
     for (index, param) in model.params.iter().enumerate() {
-        if param.is_tx {
-            call_args.push(quote!(#tx));
-            continue;
+        match param.role {
+            Role::Tx => {
+                call_args.push(quote!(#tx));
+                continue;
+            }
+            Role::Phases => {
+                call_args.push(quote!(#phases));
+                continue;
+            }
+            Role::Extractor => {}
         }
         let arg = format_ident!("__idem_arg{}", index, span = mixed);
         let ty = &param.ty;
@@ -155,7 +167,7 @@ fn generate(model: &Model) -> TokenStream {
         }
         call_args.push(quote!(#arg));
     }
-    let scope_value = scope_arg.expect("the scope parameter is never the transaction");
+    let scope_value = scope_arg.expect("the scope parameter is always an extractor");
 
     // Spanned at the return type, so "not a Responder" points at what the user wrote.
     let ret_span = match &func.sig.output {
@@ -166,6 +178,31 @@ fn generate(model: &Model) -> TokenStream {
     let value_at_return = syn::Ident::new("__idem_value", ret_span.resolved_at(mixed));
     let respond = quote_spanned! {ret_span=>
         ::idem::__private::respond(#value_at_return, &#request)
+    };
+    let run = match model.lease {
+        None => quote! {
+            #prepared
+                .run(&#scope, async move |#tx| {
+                    let #value = #name(#(#call_args),*).await;
+                    #respond
+                })
+                .await
+        },
+        Some(lease) => {
+            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            quote! {
+                #prepared
+                    .run_phased(
+                        &#scope,
+                        ::core::time::Duration::from_millis(#lease_ms),
+                        async move |#phases| {
+                            let #value = #name(#(#call_args),*).await;
+                            #respond
+                        },
+                    )
+                    .await
+            }
+        }
     };
 
     quote! {
@@ -190,12 +227,7 @@ fn generate(model: &Model) -> TokenStream {
             #(#extractions)*
             let #scope = #scope_value;
             let #request = ::core::clone::Clone::clone(#prepared.request());
-            #prepared
-                .run(&#scope, async move |#tx| {
-                    let #value = #name(#(#call_args),*).await;
-                    #respond
-                })
-                .await
+            #run
         }
     }
 }

@@ -25,6 +25,21 @@ mod parse;
 ///   type implements `idem::ScopeKey`.
 /// - `retention = "<duration>"` (default `"24h"`, at least 24 hours): how long a key
 ///   is kept and replayed, e.g. `"36h"`, `"7d"`.
+/// - `lease = "<duration>"` (the phased form; required with an `idem::Phases`
+///   parameter, refused without one; 1 second to the retention): how long an attempt
+///   holds the key before a retry may take it over, e.g. `"30s"`.
+///
+/// The phased form:
+///
+/// ```ignore
+/// #[post("/payments")]
+/// #[idempotent(scope = account, retention = "24h", lease = "30s")]
+/// async fn create_payment(account: Account, phases: idem::Phases, body: web::Json<NewPayment>)
+///     -> Result<HttpResponse, AppError> {
+///     let payment: Payment = phases.run("payment_created", async |mut tx| { .. }).await?;
+///     ..
+/// }
+/// ```
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()

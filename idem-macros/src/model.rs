@@ -14,6 +14,10 @@ use crate::parse::{Args, Errors};
 /// Keys must outlive the longest retry horizon; the protocol sets the floor at a day.
 const MIN_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Clients are told to come back after `Retry-After: 1`; a shorter lease would let the
+/// first duplicate take over an attempt that is merely busy.
+const MIN_LEASE: Duration = Duration::from_secs(1);
+
 /// The checked handler, ready to expand.
 pub(crate) struct Model {
     /// The user's function, with `Tx` parameters given a lifetime and `mut`.
@@ -27,11 +31,34 @@ pub(crate) struct Model {
     /// Method and path of a route attribute written below `#[idempotent]`.
     pub(crate) route: Option<(String, syn::LitStr)>,
     pub(crate) retention: Duration,
+    /// The phased form's lease; `Some` exactly when a parameter is `Phases`.
+    pub(crate) lease: Option<Duration>,
 }
 
 pub(crate) struct Param {
     pub(crate) ty: Type,
-    pub(crate) is_tx: bool,
+    pub(crate) role: Role,
+}
+
+/// What idem passes for a parameter instead of running it as an extractor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// An extractor, run over the buffered request.
+    Extractor,
+    /// The single-transaction form's transaction, `idem::Tx`.
+    Tx,
+    /// The phased form's `idem::Phases`.
+    Phases,
+}
+
+impl Role {
+    fn of(ty: &Type) -> Self {
+        match ty {
+            Type::Path(path) if is_tx_path(path) => Self::Tx,
+            Type::Path(path) if is_phases_path(path) => Self::Phases,
+            _ => Self::Extractor,
+        }
+    }
 }
 
 /// Where an attribute of the user's function goes.
@@ -76,14 +103,16 @@ fn is_route(name: &str) -> bool {
 }
 
 /// Gives each `Tx` parameter the lifetime an `async fn` parameter needs (E0726 otherwise)
-/// and a `mut` binding, so `tx: idem::Tx` can be written as the docs show.
+/// and a `mut` binding, so `tx: idem::Tx` can be written as the docs show; `Phases`
+/// parameters get the `mut` binding its `run` needs.
 pub(crate) fn normalize_tx_params(func: &mut ItemFn) {
     for input in &mut func.sig.inputs {
         let FnArg::Typed(arg) = input else { continue };
-        let Some(path) = tx_path_mut(&mut arg.ty) else {
+        if let Some(path) = tx_path_mut(&mut arg.ty) {
+            set_lifetime(path, Lifetime::new("'_", path.span()), false);
+        } else if Role::of(&arg.ty) != Role::Phases {
             continue;
-        };
-        set_lifetime(path, Lifetime::new("'_", path.span()), false);
+        }
         if let Pat::Ident(pat) = &mut *arg.pat
             && pat.by_ref.is_none()
             && pat.mutability.is_none()
@@ -116,7 +145,28 @@ fn is_tx(ty: &Type) -> bool {
 }
 
 fn is_tx_path(path: &TypePath) -> bool {
-    path.qself.is_none() && path.path.segments.last().is_some_and(|s| s.ident == "Tx")
+    last_segment_is(path, "Tx")
+}
+
+/// The phased form's parameter: a type whose last path segment is `Phases`.
+fn is_phases_path(path: &TypePath) -> bool {
+    last_segment_is(path, "Phases")
+}
+
+fn last_segment_is(path: &TypePath, name: &str) -> bool {
+    path.qself.is_none() && path.path.segments.last().is_some_and(|s| s.ident == name)
+}
+
+/// `&idem::Tx` or `&mut idem::Phases`: idem's parameters are taken by value.
+fn borrowed_idem_param(ty: &Type) -> Option<&'static str> {
+    let Type::Reference(reference) = ty else {
+        return None;
+    };
+    match Role::of(&reference.elem) {
+        Role::Tx => Some("Tx"),
+        Role::Phases => Some("Phases"),
+        Role::Extractor => None,
+    }
 }
 
 fn set_lifetime(path: &mut TypePath, lifetime: Lifetime, replace: bool) {
@@ -170,60 +220,35 @@ pub(crate) fn check(args: Args, func: &ItemFn, mut errors: Errors) -> Result<Mod
         }
     }
 
-    let mut params = Vec::new();
-    let mut tx_name: Option<String> = None;
-    for input in &func.sig.inputs {
-        match input {
-            FnArg::Receiver(receiver) => errors.push(syn::Error::new_spanned(
-                receiver,
-                "`#[idempotent]` handlers are free functions: remove the `self` parameter",
-            )),
-            FnArg::Typed(arg) => {
-                let is_tx = is_tx(&arg.ty);
-                if is_tx {
-                    let name =
-                        binding_name(&arg.pat).map_or_else(|| "_".to_owned(), |i| i.to_string());
-                    if let Some(first) = &tx_name {
-                        errors.push(syn::Error::new_spanned(
-                            arg,
-                            format!(
-                                "only one transaction parameter is allowed: `{first}` already \
-                                 receives it; remove this one"
-                            ),
-                        ));
-                    } else {
-                        tx_name = Some(name);
-                    }
-                }
-                params.push(Param {
-                    ty: (*arg.ty).clone(),
-                    is_tx,
-                });
-            }
-        }
-    }
+    let Params {
+        params,
+        tx_name,
+        phases_name,
+    } = params(func, &mut errors);
 
     let mut scope = None;
-    let mut retention = MIN_RETENTION;
-    {
-        match &args.scope {
-            None if !args.readable => {}
-            None => errors.push(syn::Error::new(
-                args.span,
-                "`scope` is required: name the parameter that identifies the caller, \
-                 e.g. `scope = account`",
-            )),
-            Some(name) => match scope_index(func, name) {
-                Ok(index) => scope = Some(index),
-                Err(error) => errors.push(error),
-            },
-        }
-        if let Some(lit) = &args.retention {
-            match parse_retention(lit) {
-                Ok(value) => retention = value,
-                Err(error) => errors.push(error),
-            }
-        }
+    match &args.scope {
+        None if !args.readable => {}
+        None => errors.push(syn::Error::new(
+            args.span,
+            "`scope` is required: name the parameter that identifies the caller, \
+             e.g. `scope = account`",
+        )),
+        Some(name) => match scope_index(func, name) {
+            Ok(index) => scope = Some(index),
+            Err(error) => errors.push(error),
+        },
+    }
+    // `None` when the retention is unreadable, so the lease is not compared with it.
+    let retention = match &args.retention {
+        Some(lit) => parse_retention(lit)
+            .map_err(|error| errors.push(error))
+            .ok(),
+        None => Some(MIN_RETENTION),
+    };
+    let lease = check_lease(&args, phases_name.as_deref(), retention, &mut errors);
+    if let (Some(phases), Some(tx)) = (&phases_name, &tx_name) {
+        errors.push(phases_with_tx(func, phases, tx));
     }
 
     let model = scope.map(|scope| Model {
@@ -235,13 +260,138 @@ pub(crate) fn check(args: Args, func: &ItemFn, mut errors: Errors) -> Result<Mod
         outer_attrs,
         params,
         scope,
-        retention,
+        retention: retention.unwrap_or(MIN_RETENTION),
+        lease,
         route: func.attrs.iter().find_map(visible_route),
     });
     match (errors.finish(()), model) {
         (Ok(()), Some(model)) => Ok(model),
         (Err(error), _) => Err(error),
         (Ok(()), None) => unreachable!("a missing or unreadable scope is always reported"),
+    }
+}
+
+/// The parameters, with the names of the transaction and phases parameters if any.
+struct Params {
+    params: Vec<Param>,
+    tx_name: Option<String>,
+    phases_name: Option<String>,
+}
+
+fn params(func: &ItemFn, errors: &mut Errors) -> Params {
+    let mut params = Vec::new();
+    let mut tx_name: Option<String> = None;
+    let mut phases_name: Option<String> = None;
+    for input in &func.sig.inputs {
+        let arg = match input {
+            FnArg::Receiver(receiver) => {
+                errors.push(syn::Error::new_spanned(
+                    receiver,
+                    "`#[idempotent]` handlers are free functions: remove the `self` parameter",
+                ));
+                continue;
+            }
+            FnArg::Typed(arg) => arg,
+        };
+        let role = Role::of(&arg.ty);
+        let name = binding_name(&arg.pat).map_or_else(|| "_".to_owned(), |i| i.to_string());
+        if let Some(ty) = borrowed_idem_param(&arg.ty) {
+            errors.push(syn::Error::new_spanned(
+                &arg.ty,
+                format!("take `idem::{ty}` by value: write `{name}: idem::{ty}`"),
+            ));
+            // Still the phased form's parameter, for the checks of `lease`.
+            if ty == "Phases" && phases_name.is_none() {
+                phases_name = Some(name.clone());
+            }
+        }
+        let slot = match role {
+            Role::Tx => &mut tx_name,
+            Role::Phases => &mut phases_name,
+            Role::Extractor => &mut None,
+        };
+        match (role, &*slot) {
+            (Role::Extractor, _) => {}
+            (_, None) => *slot = Some(name),
+            (Role::Tx, Some(first)) => errors.push(syn::Error::new_spanned(
+                arg,
+                format!(
+                    "only one transaction parameter is allowed: `{first}` already receives \
+                     it; remove this one"
+                ),
+            )),
+            (Role::Phases, Some(first)) => errors.push(syn::Error::new_spanned(
+                arg,
+                format!(
+                    "only one phases parameter is allowed: `{first}` already runs the phases; \
+                     remove this one"
+                ),
+            )),
+        }
+        params.push(Param {
+            ty: (*arg.ty).clone(),
+            role,
+        });
+    }
+    Params {
+        params,
+        tx_name,
+        phases_name,
+    }
+}
+
+/// The phased form's `lease`: required with a phases parameter, refused without one, at
+/// least [`MIN_LEASE`] and at most the retention (when that could be read).
+fn check_lease(
+    args: &Args,
+    phases_name: Option<&str>,
+    retention: Option<Duration>,
+    errors: &mut Errors,
+) -> Option<Duration> {
+    match (&args.lease, phases_name) {
+        (Some(lit), Some(_)) => {
+            let retention = retention.map(|value| (value, args.retention.as_ref()));
+            parse_lease(lit, retention)
+                .map_err(|error| errors.push(error))
+                .ok()
+        }
+        (Some(lit), None) => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                "`lease` belongs to the phased form: add a parameter `phases: idem::Phases` \
+                 and run each step with `phases.run(..)`, or remove `lease`",
+            ));
+            None
+        }
+        // An unreadable `lease` was reported already; do not also call it missing.
+        (None, Some(phases)) if args.readable && !args.lease_written => {
+            errors.push(syn::Error::new(
+                args.span,
+                format!(
+                    "`{phases}: idem::Phases` needs a lease: add e.g. `lease = \"30s\"`, longer \
+                     than the handler's longest phase; a retry takes over once it runs out"
+                ),
+            ));
+            None
+        }
+        (None, _) => None,
+    }
+}
+
+/// Points at the `Tx` parameter: beside phases, it is the one that cannot work.
+fn phases_with_tx(func: &ItemFn, phases: &str, tx: &str) -> syn::Error {
+    let message = format!(
+        "a phased handler has no single transaction: each phase runs in its own; remove \
+         `{tx}` and write through the phase's, e.g. \
+         `{phases}.run(\"created\", async |mut tx| ..)`"
+    );
+    let tx_arg = func.sig.inputs.iter().find_map(|input| match input {
+        FnArg::Typed(arg) if is_tx(&arg.ty) => Some(arg),
+        _ => None,
+    });
+    match tx_arg {
+        Some(arg) => syn::Error::new_spanned(arg, message),
+        None => syn::Error::new(func.sig.ident.span(), message),
     }
 }
 
@@ -259,19 +409,22 @@ fn scope_index(func: &ItemFn, name: &Ident) -> Result<usize, syn::Error> {
         let Some(ident) = binding_name(&arg.pat) else {
             continue;
         };
+        let role = Role::of(&arg.ty);
         if ident == name {
-            if is_tx(&arg.ty) {
-                return Err(syn::Error::new(
-                    name.span(),
-                    format!(
-                        "`{name}` is the transaction, which cannot identify the caller: name \
-                         the parameter that does, e.g. `scope = account`"
-                    ),
-                ));
-            }
-            return Ok(index);
+            let what = match role {
+                Role::Extractor => return Ok(index),
+                Role::Tx => "the transaction",
+                Role::Phases => "the phases",
+            };
+            return Err(syn::Error::new(
+                name.span(),
+                format!(
+                    "`{name}` is {what}, which cannot identify the caller: name the parameter \
+                     that does, e.g. `scope = account`"
+                ),
+            ));
         }
-        if !is_tx(&arg.ty) {
+        if role == Role::Extractor {
             names.push(format!("`{ident}`"));
         }
     }
@@ -306,6 +459,47 @@ fn parse_retention(lit: &LitStr) -> Result<Duration, syn::Error> {
             format!(
                 "retention `{text}` is under 24h: keys must outlive client retries, so keep \
                  them at least a day, e.g. `retention = \"24h\"`"
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+/// `retention` is what was read from the attribute (`None` when it was unreadable, so
+/// the comparison is skipped), with its literal if one was written.
+fn parse_lease(
+    lit: &LitStr,
+    retention: Option<(Duration, Option<&LitStr>)>,
+) -> Result<Duration, syn::Error> {
+    let text = lit.value();
+    let value = humantime::parse_duration(&text).map_err(|error| {
+        syn::Error::new(
+            lit.span(),
+            format!("cannot read `{text}` as a duration ({error}): write e.g. `lease = \"30s\"`"),
+        )
+    })?;
+    if value < MIN_LEASE {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "lease `{text}` is under 1s: clients retry after `Retry-After: 1`, so a shorter \
+                 lease lets a retry take over an attempt that is still working; write e.g. \
+                 `lease = \"30s\"`"
+            ),
+        ));
+    }
+    if let Some((retention, written)) = retention
+        && value > retention
+    {
+        let retention = match written {
+            Some(lit) => format!("retention `{}`", lit.value()),
+            None => "the default retention `24h`".to_owned(),
+        };
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "lease `{text}` is longer than {retention}: a key must not expire while an \
+                 attempt holds it; shorten the lease (a phase that runs longer can extend it)"
             ),
         ));
     }

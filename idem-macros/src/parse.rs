@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token};
 
 /// The valid argument names, as listed in error messages.
-const KEYS: &str = "`scope` or `retention`";
+const KEYS: &str = "`scope`, `retention` or `lease`";
 
 /// The arguments as written; not yet checked against the handler.
 pub(crate) struct Args {
@@ -15,6 +15,11 @@ pub(crate) struct Args {
     pub(crate) scope: Option<Ident>,
     /// `retention = "<duration>"`.
     pub(crate) retention: Option<LitStr>,
+    /// `lease = "<duration>"`: the phased form.
+    pub(crate) lease: Option<LitStr>,
+    /// Whether `lease` was written at all, even with an unreadable value: then a missing
+    /// lease is not reported on top.
+    pub(crate) lease_written: bool,
     /// Span of the whole argument list, for "missing argument" errors.
     pub(crate) span: Span,
     /// False when the list could not be read at all, so what is absent is unknown.
@@ -32,6 +37,8 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
     let mut args = Args {
         scope: None,
         retention: None,
+        lease: None,
+        lease_written: false,
         span,
         readable: true,
     };
@@ -63,21 +70,36 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
                     "`scope` takes the name of a handler parameter, e.g. `scope = account`",
                 )),
             },
-            "retention" => match &pair.value {
-                Expr::Lit(ExprLit {
-                    lit: Lit::Str(lit), ..
-                }) => {
-                    set_once(&mut args.retention, lit.clone(), name, errors);
-                }
-                other => errors.push(syn::Error::new_spanned(
-                    other,
+            "retention" => match duration_literal(&pair.value) {
+                Some(lit) => set_once(&mut args.retention, lit, name, errors),
+                None => errors.push(syn::Error::new_spanned(
+                    &pair.value,
                     "`retention` takes a duration string, e.g. `retention = \"24h\"`",
                 )),
             },
+            "lease" => {
+                args.lease_written = true;
+                match duration_literal(&pair.value) {
+                    Some(lit) => set_once(&mut args.lease, lit, name, errors),
+                    None => errors.push(syn::Error::new_spanned(
+                        &pair.value,
+                        "`lease` takes a duration string, e.g. `lease = \"30s\"`",
+                    )),
+                }
+            }
             _ => errors.push(unknown(&pair.path)),
         }
     }
     args
+}
+
+fn duration_literal(value: &Expr) -> Option<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Some(lit.clone()),
+        _ => None,
+    }
 }
 
 fn parameter_name(value: &Expr) -> Option<Ident> {

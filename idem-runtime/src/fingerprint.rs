@@ -40,6 +40,22 @@ impl std::error::Error for InvalidJson {}
 
 impl Fingerprint {
     /// Fingerprints a request, choosing JSON canonicalization from its `Content-Type`.
+    ///
+    /// ```
+    /// use actix_web::http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+    /// use idem_runtime::Fingerprint;
+    ///
+    /// let mut json = HeaderMap::new();
+    /// json.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    /// let a = Fingerprint::of_request("POST", "/orders", &json, br#"{"a":1,"b":2}"#).unwrap();
+    /// let b = Fingerprint::of_request("POST", "/orders", &json, br#"{"b":2, "a":1}"#).unwrap();
+    /// assert_eq!(a, b);
+    ///
+    /// // Without a JSON content type the bytes themselves count.
+    /// let text = HeaderMap::new();
+    /// let c = Fingerprint::of_request("POST", "/orders", &text, br#"{"b":2, "a":1}"#).unwrap();
+    /// assert_ne!(a, c);
+    /// ```
     pub fn of_request(
         method: &str,
         path_and_query: &str,

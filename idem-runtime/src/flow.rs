@@ -1,6 +1,7 @@
 //! The claim / execute / record flow behind every `#[idempotent]` handler.
 
 use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 
 use actix_web::body::{self, BodyLimitExceeded, BoxBody};
 use actix_web::dev::Payload;
@@ -26,10 +27,31 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Prepared<DB: Backend> {
-    idem: Idem<DB>,
-    policy: &'static Policy,
-    req: HttpRequest,
-    body: Bytes,
+    pub(crate) idem: Idem<DB>,
+    pub(crate) policy: &'static Policy,
+    pub(crate) req: HttpRequest,
+    pub(crate) body: Bytes,
+}
+
+/// What identifies a request to the key store: its key, method, path and fingerprint.
+pub(crate) struct Identity<'a> {
+    pub(crate) key: IdempotencyKey,
+    pub(crate) method: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) fingerprint: Fingerprint,
+}
+
+impl Identity<'_> {
+    pub(crate) fn claim<'a>(&'a self, scope: &'a str, retention: Duration) -> ClaimRequest<'a> {
+        ClaimRequest {
+            scope,
+            key: self.key.as_str(),
+            fingerprint: self.fingerprint,
+            method: self.method,
+            path: self.path,
+            retention,
+        }
+    }
 }
 
 /// Buffers the body (413 past the limit) so each extractor can read it. The key is
@@ -125,10 +147,11 @@ impl<DB: Backend> Prepared<DB> {
         response
     }
 
-    async fn run_inner<F>(self, scope: &str, handler: F) -> (HttpResponse, &'static str)
-    where
-        F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> HttpResponse,
-    {
+    /// Reads the key and fingerprints the request, or answers why it cannot.
+    // The error is the request's final answer, built once and returned straight to actix:
+    // boxing it would only add an allocation.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn identify(&self) -> Result<Identity<'_>, (HttpResponse, &'static str)> {
         let key = match IdempotencyKey::from_headers(self.req.headers()) {
             Ok(key) => key,
             Err(error) => {
@@ -136,7 +159,7 @@ impl<DB: Backend> Prepared<DB> {
                     crate::KeyError::Missing => ProblemKind::KeyMissing,
                     _ => ProblemKind::KeyInvalid,
                 };
-                return (kind.response(error.to_string()), "invalid_key");
+                return Err((kind.response(error.to_string()), "invalid_key"));
             }
         };
         let method = self.req.method().as_str();
@@ -149,20 +172,29 @@ impl<DB: Backend> Prepared<DB> {
             match Fingerprint::of_request(method, path, self.req.headers(), &self.body) {
                 Ok(fingerprint) => fingerprint,
                 Err(error) => {
-                    return (
+                    return Err((
                         ProblemKind::BodyInvalid.response(error.to_string()),
                         "invalid_body",
-                    );
+                    ));
                 }
             };
-        let claim = ClaimRequest {
-            scope,
-            key: key.as_str(),
-            fingerprint,
+        Ok(Identity {
+            key,
             method,
             path,
-            retention: self.policy.retention(),
+            fingerprint,
+        })
+    }
+
+    async fn run_inner<F>(self, scope: &str, handler: F) -> (HttpResponse, &'static str)
+    where
+        F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> HttpResponse,
+    {
+        let identity = match self.identify() {
+            Ok(identity) => identity,
+            Err(answer) => return answer,
         };
+        let claim = identity.claim(scope, self.policy.retention());
 
         let mut txn = match DB::begin(&self.idem).await {
             Ok(txn) => txn,
@@ -204,29 +236,9 @@ impl<DB: Backend> Prepared<DB> {
             return (response, "rolled_back");
         }
 
-        let (head, response_body) = response.into_parts();
-        let body_bytes = match body::to_bytes_limited(response_body, self.idem.stored_limit()).await
-        {
-            Ok(Ok(bytes)) => bytes,
-            Ok(Err(error)) => {
-                tracing::error!(handler = self.policy.handler(), %error, "response body failed");
-                let response = ProblemKind::ResponseFailed
-                    .response("the request failed and nothing was saved; it may be retried");
-                return (response, "rolled_back");
-            }
-            Err(BodyLimitExceeded { .. }) => {
-                tracing::error!(
-                    handler = self.policy.handler(),
-                    limit = self.idem.stored_limit(),
-                    "response too large to store for replay; rolled back (raise Idem::max_stored_bytes)"
-                );
-                let detail = format!(
-                    "the response is larger than the {} bytes the server stores for replay; \
-                     nothing was saved",
-                    self.idem.stored_limit()
-                );
-                return (ProblemKind::ResponseTooLarge.response(detail), "too_large");
-            }
+        let (head, body_bytes) = match self.buffer_response(response, "nothing was saved").await {
+            Ok(parts) => parts,
+            Err(answer) => return answer,
         };
         let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
         let stored = StoredResponse {
@@ -282,6 +294,39 @@ impl<DB: Backend> Prepared<DB> {
         (head.set_body(body_bytes).map_into_boxed_body(), outcome)
     }
 
+    /// Reads the handler's response body into memory to store it, up to the stored limit.
+    /// `consequence` completes the problem's detail: what became of the request's writes.
+    pub(crate) async fn buffer_response(
+        &self,
+        response: HttpResponse,
+        consequence: &str,
+    ) -> Result<(HttpResponse<()>, Bytes), (HttpResponse, &'static str)> {
+        let (head, response_body) = response.into_parts();
+        match body::to_bytes_limited(response_body, self.idem.stored_limit()).await {
+            Ok(Ok(bytes)) => Ok((head, bytes)),
+            Ok(Err(error)) => {
+                tracing::error!(handler = self.policy.handler(), %error, "response body failed");
+                let response = ProblemKind::ResponseFailed.response(format!(
+                    "the request failed and {consequence}; it may be retried"
+                ));
+                Err((response, "rolled_back"))
+            }
+            Err(BodyLimitExceeded { .. }) => {
+                tracing::error!(
+                    handler = self.policy.handler(),
+                    limit = self.idem.stored_limit(),
+                    "response too large to store for replay; not recorded (raise Idem::max_stored_bytes)"
+                );
+                let detail = format!(
+                    "the response is larger than the {} bytes the server stores for replay; \
+                     {consequence}",
+                    self.idem.stored_limit()
+                );
+                Err((ProblemKind::ResponseTooLarge.response(detail), "too_large"))
+            }
+        }
+    }
+
     /// Stores a response whose handler transaction was aborted, in a transaction of its
     /// own: the key row alone, since no business write survived. If another request has
     /// claimed the key meanwhile, that one's outcome stands and nothing is stored.
@@ -303,21 +348,33 @@ fn stored_status_is_client_error(stored: &StoredResponse<'_>) -> bool {
     (400..500).contains(&stored.status)
 }
 
-fn answer_existing(
-    existing: ExistingKey,
+/// The 422 for a key that belongs to a different request, if it does.
+pub(crate) fn mismatched(
+    existing: &ExistingKey,
     claim: &ClaimRequest<'_>,
-) -> (HttpResponse, &'static str) {
+) -> Option<(HttpResponse, &'static str)> {
     if existing.method != claim.method || existing.path != claim.path {
         let detail = format!(
             "this Idempotency-Key was used for {} {}; use a new key for a different request",
             existing.method, existing.path
         );
-        return (mismatch(detail, "method_or_path"), "mismatch");
+        return Some((mismatch(detail, "method_or_path"), "mismatch"));
     }
     if existing.fingerprint != Some(claim.fingerprint) {
         let detail = "this Idempotency-Key was used with a different request body; \
                       use a new key for a different request";
-        return (mismatch(detail.to_owned(), "body"), "mismatch");
+        return Some((mismatch(detail.to_owned(), "body"), "mismatch"));
+    }
+    None
+}
+
+/// The answer to a request whose key another request holds: 422, a replay or 409.
+pub(crate) fn answer_existing(
+    existing: ExistingKey,
+    claim: &ClaimRequest<'_>,
+) -> (HttpResponse, &'static str) {
+    if let Some(answer) = mismatched(&existing, claim) {
+        return answer;
     }
     match (
         existing.completed,
@@ -338,14 +395,14 @@ fn mismatch(detail: String, what: &str) -> HttpResponse {
     ProblemKind::KeyReused.response_with(detail, extra)
 }
 
-fn in_progress() -> HttpResponse {
+pub(crate) fn in_progress() -> HttpResponse {
     ProblemKind::InProgress.response(
         "a request with this Idempotency-Key is still being processed; retry after the delay \
          in Retry-After",
     )
 }
 
-fn storage_unavailable(error: &sqlx::Error) -> HttpResponse {
+pub(crate) fn storage_unavailable(error: &sqlx::Error) -> HttpResponse {
     tracing::error!(%error, "idempotency key store failed; rolled back");
     ProblemKind::StorageUnavailable
         .response("the request could not be completed and nothing was saved; it may be retried")
@@ -367,7 +424,7 @@ fn replay(status: i16, headers: &[u8], body: Vec<u8>) -> HttpResponse {
 
 /// Allow-listed headers as HTTP/1 lines, `name: value\r\n`. Header values never
 /// contain CR or LF, so the encoding is unambiguous and keeps non-UTF-8 bytes.
-fn encode_headers(headers: &HeaderMap, allowed: &[HeaderName]) -> Vec<u8> {
+pub(crate) fn encode_headers(headers: &HeaderMap, allowed: &[HeaderName]) -> Vec<u8> {
     let mut out = Vec::new();
     for name in allowed {
         for value in headers.get_all(name) {

@@ -29,6 +29,15 @@ pub const MAX_KEY_LEN: usize = 255;
 pub struct IdempotencyKey(String);
 
 /// Why a header value is not a usable key; the message is shown to the client.
+///
+/// ```
+/// use idem_runtime::{IdempotencyKey, KeyError};
+///
+/// assert_eq!(IdempotencyKey::parse("\"unterminated"), Err(KeyError::MalformedQuoted));
+/// assert_eq!(IdempotencyKey::parse(&"k".repeat(300)), Err(KeyError::TooLong(300)));
+/// let message = KeyError::TooLong(300).to_string();
+/// assert!(message.contains("at most 255"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyError {
     /// The request has no `Idempotency-Key` header.
@@ -97,6 +106,18 @@ impl IdempotencyKey {
     }
 
     /// Reads the key from request headers: exactly one `Idempotency-Key` header.
+    ///
+    /// ```
+    /// use actix_web::http::header::{HeaderMap, HeaderValue};
+    /// use idem_runtime::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError};
+    ///
+    /// let mut headers = HeaderMap::new();
+    /// assert_eq!(IdempotencyKey::from_headers(&headers), Err(KeyError::Missing));
+    /// headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_static("order-42"));
+    /// assert_eq!(IdempotencyKey::from_headers(&headers).unwrap().as_str(), "order-42");
+    /// headers.append(IDEMPOTENCY_KEY, HeaderValue::from_static("order-43"));
+    /// assert_eq!(IdempotencyKey::from_headers(&headers), Err(KeyError::Repeated));
+    /// ```
     pub fn from_headers(headers: &HeaderMap) -> Result<Self, KeyError> {
         let mut values = headers.get_all(IDEMPOTENCY_KEY);
         let value = values.next().ok_or(KeyError::Missing)?;

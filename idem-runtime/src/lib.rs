@@ -5,10 +5,13 @@
 //! with the attribute macro.
 
 mod config;
+mod expiry;
 mod fingerprint;
 mod flow;
 mod key;
 mod migrate;
+mod outbox;
+mod phased;
 mod policy;
 pub mod problem;
 mod registry;
@@ -17,10 +20,17 @@ mod store;
 mod tx;
 
 pub use config::Idem;
+pub use expiry::{
+    AgeCounts, BODY_PREVIEW_BYTES, Expiry, ExpiryHandle, ExpiryStats, InProgressKey, IndexSize,
+    KeyRecord, KeyStats, SchemaStatus, StateCount, SweepError, SweepReport, inspect_key, key_stats,
+    schema_status,
+};
 pub use fingerprint::{Fingerprint, InvalidJson};
 pub use flow::IDEMPOTENT_REPLAYED;
 pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{MIGRATIONS_TABLE, migrate};
+pub use outbox::{Message, Relay, RelayHandle};
+pub use phased::{Lease, MAX_PHASE_NAME_LEN, PhaseError, PhaseErrorKind, Phases};
 pub use policy::Policy;
 pub use registry::policies;
 pub use scope::ScopeKey;
@@ -50,6 +60,16 @@ pub mod __private {
     }
 
     impl<DB: crate::Backend> TxBackend for crate::Tx<'_, DB> {
+        type Backend = DB;
+    }
+
+    /// Names the backend of a phases parameter's type.
+    pub trait PhasesBackend {
+        /// The database the phases run on.
+        type Backend: crate::Backend;
+    }
+
+    impl<DB: crate::Backend> PhasesBackend for crate::Phases<DB> {
         type Backend = DB;
     }
 }

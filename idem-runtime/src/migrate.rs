@@ -25,7 +25,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
     migrator().run(pool).await
 }
 
-fn migrator() -> Migrator {
+pub(crate) fn migrator() -> Migrator {
     let mut migrator = sqlx::migrate!("migrations/postgres");
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     migrator

@@ -1,10 +1,20 @@
-//! The PostgreSQL key store: all of idem's SQL for PostgreSQL lives here.
+//! The PostgreSQL key store: all of idem's SQL for PostgreSQL lives in this module, one
+//! file per concern (the single-transaction claim here, the others beside it).
+
+pub(crate) mod expiry;
+mod outbox;
+mod phased;
+
+use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::query::QueryAs;
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
 
-use super::{Backend, Claim, ClaimRequest, Completion, ExistingKey, StoredResponse};
+use super::{
+    AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
+    PhaseRecord, PhasedClaim, StoredResponse,
+};
 use crate::Idem;
 use crate::fingerprint::Fingerprint;
 
@@ -49,15 +59,27 @@ SELECT false, expires_at <= now(), request_hash, method, path, state,
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2";
 
-/// Takes over a key whose retention ended but which the expiry sweep has not deleted yet.
+/// Takes over a key whose retention ended but which the expiry sweep has not deleted yet,
+/// unless a phased attempt still holds its lease. The new generation gets a fresh fencing
+/// token, so a phased attempt of the old generation can write nothing more, and the old
+/// generation's recorded phases go with it.
 const RECLAIM_EXPIRED: &str = "\
-UPDATE idem_keys
-   SET request_hash = $3, method = $4, path = $5, state = 'started',
-       recovery_point = 'started', locked_until = NULL, response_status = NULL,
-       response_headers = NULL, response_body = NULL, created_at = now(),
-       expires_at = now() + $6
- WHERE scope = $1 AND idem_key = $2 AND expires_at <= now()
-RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true)";
+WITH t AS (SELECT nextval('idem_attempts') AS v),
+k AS (
+    UPDATE idem_keys
+       SET request_hash = $3, method = $4, path = $5, state = 'started',
+           recovery_point = 'started', locked_until = NULL, response_status = NULL,
+           response_headers = NULL, response_body = NULL, created_at = now(),
+           expires_at = now() + $6, generation = t.v, fencing_token = t.v
+      FROM t
+     WHERE scope = $1 AND idem_key = $2 AND expires_at <= now()
+       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+    RETURNING 1
+),
+gone AS (
+    DELETE FROM idem_phases p USING k WHERE p.scope = $1 AND p.idem_key = $2
+)
+SELECT set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true) FROM k";
 
 /// The RETURNING value is false when the transaction-local marker set at `BEGIN` is
 /// gone, which means the handler ended idem's transaction and this ran on its own.
@@ -157,6 +179,99 @@ impl Backend for Postgres {
     fn is_aborted_transaction(error: &sqlx::Error) -> bool {
         sqlstate_is(error, IN_FAILED_SQL_TRANSACTION)
     }
+
+    async fn claim_phased(
+        conn: &mut PgConnection,
+        req: &ClaimRequest<'_>,
+        lease: Duration,
+    ) -> Result<PhasedClaim, sqlx::Error> {
+        phased::claim(conn, req, lease).await
+    }
+
+    async fn take_over(
+        conn: &mut PgConnection,
+        req: &ClaimRequest<'_>,
+        seen: i64,
+        lease: Duration,
+    ) -> Result<Option<AttemptRow>, sqlx::Error> {
+        phased::take_over(conn, req, seen, lease).await
+    }
+
+    async fn begin_phase(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        phased::begin_phase(idem).await
+    }
+
+    async fn record_phase(
+        conn: &mut PgConnection,
+        attempt: &AttemptRef<'_>,
+        phase: &str,
+        output: &str,
+    ) -> Result<PhaseRecord, sqlx::Error> {
+        phased::record_phase(conn, attempt, phase, output).await
+    }
+
+    async fn extend_lease(
+        conn: &mut PgConnection,
+        attempt: &AttemptRef<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        phased::extend_lease(conn, attempt).await
+    }
+
+    async fn release_lease(
+        conn: &mut PgConnection,
+        attempt: &AttemptRef<'_>,
+    ) -> Result<(), sqlx::Error> {
+        phased::release_lease(conn, attempt).await
+    }
+
+    async fn complete_phased(
+        conn: &mut PgConnection,
+        attempt: &AttemptRef<'_>,
+        response: &StoredResponse<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        phased::complete(conn, attempt, response).await
+    }
+
+    async fn enqueue(
+        conn: &mut PgConnection,
+        topic: &str,
+        payload: &str,
+    ) -> Result<String, sqlx::Error> {
+        outbox::enqueue(conn, topic, payload).await
+    }
+
+    async fn take_messages(
+        conn: &mut PgConnection,
+        limit: u32,
+        hold: Duration,
+    ) -> Result<Vec<OutboxRow>, sqlx::Error> {
+        outbox::take(conn, limit, hold).await
+    }
+
+    async fn mark_delivered(conn: &mut PgConnection, id: &str) -> Result<(), sqlx::Error> {
+        outbox::mark_delivered(conn, id).await
+    }
+
+    async fn mark_failed(
+        conn: &mut PgConnection,
+        id: &str,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), sqlx::Error> {
+        outbox::mark_failed(conn, id, retry_in, error).await
+    }
+
+    async fn release_messages(conn: &mut PgConnection, ids: &[String]) -> Result<(), sqlx::Error> {
+        outbox::release(conn, ids).await
+    }
+
+    async fn purge_delivered(
+        conn: &mut PgConnection,
+        age: Duration,
+        limit: u32,
+    ) -> Result<u64, sqlx::Error> {
+        outbox::purge_delivered(conn, age, limit).await
+    }
 }
 
 async fn reclaim_expired(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> sqlx::Result<bool> {
@@ -166,7 +281,7 @@ async fn reclaim_expired(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> sql
     Ok(reclaimed.is_some())
 }
 
-/// Binds $1..$6, shared by the claim and the reclaim.
+/// Binds $1..$6, shared by the claims and the reclaims of both forms.
 fn bind_claim<'q, O>(
     query: QueryAs<'q, Postgres, O, PgArguments>,
     req: &'q ClaimRequest<'_>,
@@ -182,6 +297,27 @@ fn bind_claim<'q, O>(
 
 fn existing(row: KeyRow) -> ExistingKey {
     let (_, _, hash, method, path, state, response_status, response_headers, response_body) = row;
+    existing_key(
+        hash,
+        method,
+        path,
+        state,
+        response_status,
+        response_headers,
+        response_body,
+    )
+}
+
+/// A key row's columns as the protocol reads them; shared by both forms' claims.
+fn existing_key(
+    hash: Option<Vec<u8>>,
+    method: Option<String>,
+    path: Option<String>,
+    state: Option<String>,
+    response_status: Option<i16>,
+    response_headers: Option<Vec<u8>>,
+    response_body: Option<Vec<u8>>,
+) -> ExistingKey {
     ExistingKey {
         fingerprint: hash.as_deref().and_then(Fingerprint::from_bytes),
         method: method.unwrap_or_default(),

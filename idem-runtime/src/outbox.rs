@@ -1,0 +1,536 @@
+//! The outbox: messages written in the same transaction as the rows they announce, and
+//! the relay that delivers them at least once.
+//!
+//! A message written in a phase commits with the phase, and a committed phase never runs
+//! again, so neither a replay nor a takeover writes it twice. Delivery is at least once:
+//! a relay that crashes after the consumer acted but before marking the message delivered
+//! delivers it again, with the same id, which is what consumers deduplicate by.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::{Pool, Postgres};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::Tx;
+use crate::store::{Backend, OutboxRow};
+
+/// How often a running relay deletes messages delivered longer ago than
+/// [`Relay::keep_delivered`].
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+
+/// Rows one purge statement deletes at most.
+const PURGE_BATCH: u32 = 1_000;
+
+/// The longest error text stored with a failed delivery.
+const MAX_ERROR_LEN: usize = 2_000;
+
+impl<DB: Backend> Tx<'_, DB> {
+    /// Writes a message for [`Relay`] to deliver, in this transaction: it is sent only if
+    /// the transaction commits, and exactly one message exists however often the request
+    /// is retried. Returns the message's id, which every delivery of it carries.
+    ///
+    /// Works in both forms: in the single transaction of an `#[idempotent]` handler, and
+    /// in a phase of the phased form.
+    ///
+    /// ```
+    /// # async fn f(tx: &mut idem_runtime::Tx<'_>, order_id: i64) -> sqlx::Result<()> {
+    /// let id = tx
+    ///     .enqueue("order_confirmation", &serde_json::json!({ "order": order_id }))
+    ///     .await?;
+    /// assert_eq!(id.len(), 36);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// `topic` is 1 to 200 bytes; `payload` is stored as JSON.
+    pub async fn enqueue<P: Serialize + ?Sized>(
+        &mut self,
+        topic: &str,
+        payload: &P,
+    ) -> Result<String, sqlx::Error> {
+        let payload =
+            serde_json::to_string(payload).map_err(|error| sqlx::Error::Encode(Box::new(error)))?;
+        DB::enqueue(&mut **self, topic, &payload).await
+    }
+}
+
+/// One outbox message, as the relay hands it to the application.
+///
+/// ```
+/// # async fn f(message: idem_runtime::Message) {
+/// println!(
+///     "{} #{} (delivery {}): {}",
+///     message.topic(),
+///     message.id(),
+///     message.attempt(),
+///     message.payload()
+/// );
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Message {
+    id: String,
+    topic: String,
+    payload: String,
+    attempt: u32,
+}
+
+impl Message {
+    fn from_row(row: OutboxRow) -> Self {
+        Self {
+            id: row.id,
+            topic: row.topic,
+            payload: row.payload,
+            attempt: u32::try_from(row.attempt).unwrap_or(1),
+        }
+    }
+
+    /// The message's id (a UUID), the same on every delivery: deduplicate by it.
+    ///
+    /// ```
+    /// # fn f(message: &idem_runtime::Message, seen: &mut std::collections::HashSet<String>) {
+    /// if !seen.insert(message.id().to_owned()) {
+    ///     return; // delivered before
+    /// }
+    /// # }
+    /// ```
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The topic it was enqueued with.
+    ///
+    /// ```
+    /// # fn f(message: &idem_runtime::Message) {
+    /// match message.topic() {
+    ///     "receipts" => { /* ... */ }
+    ///     _ => { /* not for this consumer */ }
+    /// }
+    /// # }
+    /// ```
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The payload as JSON text.
+    ///
+    /// ```
+    /// # fn f(message: &idem_runtime::Message) -> serde_json::Result<()> {
+    /// let value: serde_json::Value = serde_json::from_str(message.payload())?;
+    /// # let _ = value;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn payload(&self) -> &str {
+        &self.payload
+    }
+
+    /// The payload read as `T`.
+    ///
+    /// ```
+    /// # fn f(message: &idem_runtime::Message) -> serde_json::Result<()> {
+    /// #[derive(serde::Deserialize)]
+    /// struct Receipt {
+    ///     payment_id: i64,
+    /// }
+    /// let receipt: Receipt = message.payload_as()?;
+    /// # let _ = receipt.payment_id;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn payload_as<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_str(&self.payload)
+    }
+
+    /// Which delivery this is: 1 the first time, more after failures or a relay crash.
+    ///
+    /// ```
+    /// # fn f(message: &idem_runtime::Message) {
+    /// if message.attempt() > 5 {
+    ///     tracing::warn!(message = message.id(), "still failing");
+    /// }
+    /// # }
+    /// ```
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// Delivers outbox messages at least once to an application's async handler.
+///
+/// The application spawns it and keeps the [`RelayHandle`]; several relays (one per
+/// instance) may share one database: each message is taken by one of them at a time.
+/// A handler that returns `Err` (or panics) gets the message again later, with a growing
+/// delay; one that returns `Ok` has it marked delivered. Messages are delivered in the
+/// order they were written, except that a failed one is retried later.
+///
+/// ```no_run
+/// # async fn start(pool: sqlx::PgPool) {
+/// let relay = idem_runtime::Relay::new(pool).spawn(|message: idem_runtime::Message| async move {
+///     println!("{} {}: {}", message.topic(), message.id(), message.payload());
+///     Ok::<_, std::io::Error>(())
+/// });
+/// // ... serve ...
+/// relay.stop().await;
+/// # }
+/// ```
+pub struct Relay<DB: Backend = Postgres> {
+    pool: Pool<DB>,
+    batch_size: u32,
+    poll_interval: Duration,
+    delivery_timeout: Duration,
+    first_retry: Duration,
+    max_retry: Duration,
+    keep_delivered: Duration,
+}
+
+impl Relay<Postgres> {
+    /// A relay over idem's outbox in `pool`'s database.
+    ///
+    /// Defaults: batches of 32 messages, a poll every 500 ms when the outbox is empty, a
+    /// delivery timeout of 60 s, retries after 1 s doubling up to 5 min, and delivered
+    /// messages kept for 24 h.
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// let relay = idem_runtime::Relay::new(pool);
+    /// # let _ = relay;
+    /// # }
+    /// ```
+    pub fn new(pool: Pool<Postgres>) -> Self {
+        Self {
+            pool,
+            batch_size: 32,
+            poll_interval: Duration::from_millis(500),
+            delivery_timeout: Duration::from_secs(60),
+            first_retry: Duration::from_secs(1),
+            max_retry: Duration::from_secs(300),
+            keep_delivered: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+impl<DB: Backend> Relay<DB> {
+    /// How many messages one round takes at most.
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// let relay = idem_runtime::Relay::new(pool).batch_size(100);
+    /// # let _ = relay;
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// If `size` is zero.
+    pub fn batch_size(mut self, size: u32) -> Self {
+        assert!(size > 0, "idem: a relay's batch size must be at least 1");
+        self.batch_size = size;
+        self
+    }
+
+    /// How long the relay sleeps when it found nothing to deliver.
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// let relay = idem_runtime::Relay::new(pool).poll_interval(std::time::Duration::from_millis(100));
+    /// # let _ = relay;
+    /// # }
+    /// ```
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How long a taken message is hidden from other relays. A handler that takes longer
+    /// may see the message delivered again meanwhile (at least once, not exactly once);
+    /// a relay that dies mid-delivery has its messages delivered after this time.
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// let relay = idem_runtime::Relay::new(pool).delivery_timeout(std::time::Duration::from_secs(300));
+    /// # let _ = relay;
+    /// # }
+    /// ```
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
+        self
+    }
+
+    /// The delay before a failed message is retried, doubled on every further failure
+    /// up to `max`.
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// use std::time::Duration;
+    /// let relay = idem_runtime::Relay::new(pool)
+    ///     .retry_backoff(Duration::from_secs(5), Duration::from_secs(3600));
+    /// # let _ = relay;
+    /// # }
+    /// ```
+    pub fn retry_backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.first_retry = first;
+        self.max_retry = max.max(first);
+        self
+    }
+
+    /// How long delivered messages stay in the table (for auditing) before the relay
+    /// deletes them.
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// let week = std::time::Duration::from_secs(7 * 24 * 60 * 60);
+    /// let relay = idem_runtime::Relay::new(pool).keep_delivered(week);
+    /// # let _ = relay;
+    /// # }
+    /// ```
+    pub fn keep_delivered(mut self, age: Duration) -> Self {
+        self.keep_delivered = age;
+        self
+    }
+
+    /// Takes one batch of due messages and delivers each to `handler`; returns how many
+    /// it took. For applications that schedule delivery themselves; [`spawn`](Self::spawn)
+    /// calls it in a loop.
+    ///
+    /// ```no_run
+    /// # async fn f(relay: idem_runtime::Relay) -> sqlx::Result<()> {
+    /// let delivered = relay
+    ///     .deliver_once(&|message: idem_runtime::Message| async move {
+    ///         println!("{}", message.id());
+    ///         Ok::<_, std::io::Error>(())
+    ///     })
+    ///     .await?;
+    /// # let _ = delivered;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn deliver_once<H, Fut, E>(&self, handler: &H) -> Result<usize, sqlx::Error>
+    where
+        H: Fn(Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: fmt::Display,
+    {
+        self.deliver_batch(handler, None).await
+    }
+
+    async fn deliver_batch<H, Fut, E>(
+        &self,
+        handler: &H,
+        stop: Option<&watch::Receiver<bool>>,
+    ) -> Result<usize, sqlx::Error>
+    where
+        H: Fn(Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: fmt::Display,
+    {
+        let rows = {
+            let mut conn = self.pool.acquire().await?;
+            DB::take_messages(&mut conn, self.batch_size, self.delivery_timeout).await?
+        };
+        let taken = rows.len();
+        let mut rows = rows.into_iter();
+        while let Some(row) = rows.next() {
+            if stop.is_some_and(stopped) {
+                // Give the rest back rather than leave them hidden until the timeout.
+                let ids: Vec<String> = std::iter::once(row.id)
+                    .chain(rows.map(|row| row.id))
+                    .collect();
+                let mut conn = self.pool.acquire().await?;
+                DB::release_messages(&mut conn, &ids).await?;
+                break;
+            }
+            let message = Message::from_row(row);
+            let id = message.id.clone();
+            let attempt = message.attempt;
+            // A connection is held only for the bookkeeping, never while the application's
+            // handler runs (it may need the pool itself).
+            match AssertUnwindSafe(handler(message)).catch_unwind().await {
+                Ok(Ok(())) => {
+                    let mut conn = self.pool.acquire().await?;
+                    DB::mark_delivered(&mut conn, &id).await?;
+                }
+                Ok(Err(error)) => {
+                    let error = error.to_string();
+                    tracing::warn!(message = %id, attempt, %error, "outbox delivery failed; will retry");
+                    self.failed(&id, attempt, &error).await?;
+                }
+                Err(_) => {
+                    tracing::error!(message = %id, attempt, "outbox handler panicked; will retry");
+                    self.failed(&id, attempt, "the handler panicked").await?;
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    async fn failed(&self, id: &str, attempt: u32, error: &str) -> Result<(), sqlx::Error> {
+        let doublings = attempt.saturating_sub(1).min(20);
+        let delay = self
+            .first_retry
+            .saturating_mul(1 << doublings)
+            .min(self.max_retry);
+        let error: String = error.chars().take(MAX_ERROR_LEN).collect();
+        let mut conn = self.pool.acquire().await?;
+        DB::mark_failed(&mut conn, id, delay, &error).await
+    }
+
+    async fn purge(&self) -> Result<(), sqlx::Error> {
+        loop {
+            let mut conn = self.pool.acquire().await?;
+            let deleted = DB::purge_delivered(&mut conn, self.keep_delivered, PURGE_BATCH).await?;
+            if deleted < u64::from(PURGE_BATCH) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Relay<Postgres> {
+    /// Starts delivering on the current Tokio runtime until [`RelayHandle::stop`] is
+    /// called, the handle is dropped, or the pool is closed.
+    ///
+    /// The handler gets each message by value and returns `Ok(())` once the message is
+    /// handled (written to the consumer's own table, sent to a broker, ...); its futures
+    /// are `Send` because the relay runs on `tokio::spawn`. Database errors of the relay
+    /// itself are logged and retried after the poll interval.
+    ///
+    /// ```no_run
+    /// # async fn start(pool: sqlx::PgPool) {
+    /// let sink = pool.clone();
+    /// let relay = idem_runtime::Relay::new(pool).spawn(move |message: idem_runtime::Message| {
+    ///     let sink = sink.clone();
+    ///     async move {
+    ///         // Deduplicate by the message id: delivery is at least once.
+    ///         sqlx::query("INSERT INTO sent (message_id) VALUES ($1::uuid) ON CONFLICT DO NOTHING")
+    ///             .bind(message.id().to_owned())
+    ///             .execute(&sink)
+    ///             .await
+    ///             .map(drop)
+    ///     }
+    /// });
+    /// relay.stop().await;
+    /// # }
+    /// ```
+    #[must_use = "dropping the handle stops the relay"]
+    pub fn spawn<H, Fut, E>(self, handler: H) -> RelayHandle
+    where
+        H: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(self.run(handler, stop_rx));
+        RelayHandle {
+            stop: stop_tx,
+            task,
+        }
+    }
+
+    async fn run<H, Fut, E>(self, handler: H, mut stop: watch::Receiver<bool>)
+    where
+        H: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let mut last_purge: Option<Instant> = None;
+        while !stopped(&stop) && !self.pool.is_closed() {
+            let taken = match self.deliver_batch(&handler, Some(&stop)).await {
+                Ok(taken) => taken,
+                Err(error) => {
+                    if self.pool.is_closed() {
+                        break;
+                    }
+                    tracing::warn!(%error, "outbox relay: database error; retrying");
+                    0
+                }
+            };
+            if last_purge.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
+                last_purge = Some(Instant::now());
+                if let Err(error) = self.purge().await {
+                    tracing::warn!(%error, "outbox relay: purging delivered messages failed");
+                }
+            }
+            // A full batch suggests more are due: go on at once.
+            if taken >= self.batch_size as usize {
+                continue;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.poll_interval) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+}
+
+/// Set by `stop`, or implied when the handle is gone.
+fn stopped(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow() || stop.has_changed().is_err()
+}
+
+impl<DB: Backend> fmt::Debug for Relay<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Relay")
+            .field("batch_size", &self.batch_size)
+            .field("poll_interval", &self.poll_interval)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("first_retry", &self.first_retry)
+            .field("max_retry", &self.max_retry)
+            .field("keep_delivered", &self.keep_delivered)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running relay, from [`Relay::spawn`]. Dropping it stops the relay too.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) {
+/// let relay = idem_runtime::Relay::new(pool)
+///     .spawn(|_message: idem_runtime::Message| async { Ok::<_, std::io::Error>(()) });
+/// assert!(!relay.is_finished());
+/// relay.stop().await;
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RelayHandle {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl RelayHandle {
+    /// Asks the relay to stop and waits until it has: the message being delivered is
+    /// finished and marked, the rest of its batch is given back for the next relay.
+    ///
+    /// ```no_run
+    /// # async fn f(relay: idem_runtime::RelayHandle) {
+    /// relay.stop().await;
+    /// # }
+    /// ```
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Err(error) = self.task.await
+            && error.is_panic()
+        {
+            tracing::error!("outbox relay panicked");
+        }
+    }
+
+    /// Whether the relay has stopped (after `stop`, or because its pool was closed).
+    ///
+    /// ```no_run
+    /// # async fn f(relay: &idem_runtime::RelayHandle) {
+    /// if relay.is_finished() {
+    ///     tracing::error!("the outbox relay stopped; messages wait");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}

@@ -1,0 +1,339 @@
+//! The phased form's SQL: claim with a lease, takeover, phase records, lease changes and
+//! the final response, each fenced by the attempt's token.
+//!
+//! Lease times use `clock_timestamp()`, not `now()`: `now()` is the start of the
+//! transaction, and a phase's transaction may have been open for most of a lease when
+//! it renews it. All times come from the database's clock, so the application servers'
+//! clocks never meet.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgConnection;
+use sqlx::{Postgres, Transaction};
+
+use super::existing_key;
+use crate::Idem;
+use crate::store::{AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim};
+
+/// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
+/// fencing token doubles as its generation. As in the single-transaction claim, a row
+/// committed while this insert waited is not in its snapshot and is read again after.
+const CLAIM: &str = "\
+WITH t AS (SELECT nextval('idem_attempts') AS v),
+ins AS (
+    INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at,
+                           locked_until, generation, fencing_token)
+    SELECT $1, $2, $3, $4, $5, now() + $6, clock_timestamp() + $7, t.v, t.v FROM t
+    ON CONFLICT (scope, idem_key) DO NOTHING
+    RETURNING generation, fencing_token
+)
+SELECT true AS claimed, generation, fencing_token, false AS expired, false AS lease_expired,
+       NULL::bytea AS request_hash, NULL::text AS method, NULL::text AS path,
+       NULL::text AS state, NULL::smallint AS response_status,
+       NULL::bytea AS response_headers, NULL::bytea AS response_body
+  FROM ins
+UNION ALL
+SELECT false, k.generation, k.fencing_token, k.expires_at <= now(),
+       coalesce(k.locked_until <= clock_timestamp(), true), k.request_hash, k.method,
+       k.path, k.state, k.response_status, k.response_headers, k.response_body
+  FROM idem_keys k
+ WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)";
+
+const SELECT_EXISTING: &str = "\
+SELECT false AS claimed, generation, fencing_token, expires_at <= now() AS expired,
+       coalesce(locked_until <= clock_timestamp(), true) AS lease_expired, request_hash,
+       method, path, state, response_status, response_headers, response_body
+  FROM idem_keys
+ WHERE scope = $1 AND idem_key = $2";
+
+/// Starts a new generation on a key whose retention ended, unless an attempt still holds
+/// its lease. The old generation's phases go with it: they belong to another request.
+const RECLAIM_EXPIRED: &str = "\
+WITH t AS (SELECT nextval('idem_attempts') AS v),
+k AS (
+    UPDATE idem_keys
+       SET request_hash = $3, method = $4, path = $5, state = 'started',
+           recovery_point = 'started', locked_until = clock_timestamp() + $7,
+           response_status = NULL, response_headers = NULL, response_body = NULL,
+           created_at = now(), expires_at = now() + $6, generation = t.v, fencing_token = t.v
+      FROM t
+     WHERE scope = $1 AND idem_key = $2 AND expires_at <= now()
+       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+    RETURNING generation, fencing_token
+),
+gone AS (
+    DELETE FROM idem_phases p USING k WHERE p.scope = $1 AND p.idem_key = $2
+)
+SELECT generation, fencing_token FROM k";
+
+/// Replaces the token of an attempt whose lease ran out. Of two retries racing here, the
+/// second waits for the first's row lock, then finds the token changed (or the lease
+/// live again) and matches nothing: exactly one wins.
+const TAKE_OVER: &str = "\
+UPDATE idem_keys
+   SET fencing_token = nextval('idem_attempts'), locked_until = clock_timestamp() + $4
+ WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND fencing_token = $3
+   AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+RETURNING generation, fencing_token, recovery_point";
+
+/// Read after the takeover's UPDATE, so in a snapshot taken with the key row locked: every
+/// phase recorded before is visible, and none can be recorded by the old attempt after.
+const RECORDED_PHASES: &str = "\
+SELECT phase, output::text FROM idem_phases
+ WHERE scope = $1 AND idem_key = $2
+ ORDER BY recorded_at, phase";
+
+/// Marks the start of a phase's transaction, so the record can tell whether the phase's
+/// code ended the transaction itself.
+const BEGIN_PHASE: &str = "BEGIN; SELECT set_config('idem.phase', 'on', true)";
+
+/// Fences, moves the recovery point, renews the lease and records the output, in one
+/// round trip at the end of the phase's transaction. Checking the token last (not first)
+/// means a takeover never waits for a slow phase: the slow phase finds itself fenced
+/// here and its writes roll back with it.
+const RECORD_PHASE: &str = "\
+WITH k AS (
+    UPDATE idem_keys
+       SET recovery_point = $4,
+           locked_until = greatest(locked_until, clock_timestamp() + $5)
+     WHERE scope = $1 AND idem_key = $2 AND fencing_token = $3 AND state = 'started'
+       AND coalesce(current_setting('idem.phase', true), '') = 'on'
+    RETURNING scope, idem_key
+),
+ins AS (
+    INSERT INTO idem_phases (scope, idem_key, phase, output, fencing_token)
+    SELECT scope, idem_key, $4, $6::json, $3 FROM k
+    RETURNING 1
+)
+SELECT EXISTS (SELECT FROM ins),
+       coalesce(current_setting('idem.phase', true), '') = 'on'";
+
+const EXTEND_LEASE: &str = "\
+UPDATE idem_keys
+   SET locked_until = greatest(locked_until, clock_timestamp() + $4)
+ WHERE scope = $1 AND idem_key = $2 AND fencing_token = $3 AND state = 'started'
+RETURNING true";
+
+const RELEASE_LEASE: &str = "\
+UPDATE idem_keys
+   SET locked_until = clock_timestamp()
+ WHERE scope = $1 AND idem_key = $2 AND fencing_token = $3 AND state = 'started'";
+
+const COMPLETE: &str = "\
+UPDATE idem_keys
+   SET state = 'completed', response_status = $4, response_headers = $5,
+       response_body = $6, locked_until = NULL
+ WHERE scope = $1 AND idem_key = $2 AND fencing_token = $3 AND state = 'started'
+RETURNING true";
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    claimed: bool,
+    generation: i64,
+    fencing_token: i64,
+    expired: bool,
+    lease_expired: bool,
+    request_hash: Option<Vec<u8>>,
+    method: Option<String>,
+    path: Option<String>,
+    state: Option<String>,
+    response_status: Option<i16>,
+    response_headers: Option<Vec<u8>>,
+    response_body: Option<Vec<u8>>,
+}
+
+impl Row {
+    fn into_claim(self) -> PhasedClaim {
+        if self.claimed {
+            return PhasedClaim::Claimed(fresh(self.generation, self.fencing_token));
+        }
+        PhasedClaim::Existing {
+            lease_expired: self.lease_expired,
+            fencing_token: self.fencing_token,
+            key: existing_key(
+                self.request_hash,
+                self.method,
+                self.path,
+                self.state,
+                self.response_status,
+                self.response_headers,
+                self.response_body,
+            ),
+        }
+    }
+
+    /// Past its retention with no live attempt: a new request may start over on it.
+    fn reclaimable(&self) -> bool {
+        self.expired && self.lease_expired
+    }
+}
+
+fn fresh(generation: i64, fencing_token: i64) -> AttemptRow {
+    AttemptRow {
+        generation,
+        fencing_token,
+        recovery_point: None,
+        recorded: Vec::new(),
+    }
+}
+
+pub(super) async fn claim(
+    conn: &mut PgConnection,
+    req: &ClaimRequest<'_>,
+    lease: Duration,
+) -> sqlx::Result<PhasedClaim> {
+    let row = bind_request(sqlx::query_as::<_, Row>(CLAIM), req, lease)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match row {
+        Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
+        Some(_) | None => {}
+    }
+    // Expired, or committed by its holder while we waited: look again with a fresh
+    // snapshot, as the single-transaction claim does.
+    for _ in 0..2 {
+        if let Some(attempt) = reclaim_expired(conn, req, lease).await? {
+            return Ok(PhasedClaim::Claimed(attempt));
+        }
+        let row = sqlx::query_as::<_, Row>(SELECT_EXISTING)
+            .bind(req.scope)
+            .bind(req.key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        match row {
+            Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    Ok(PhasedClaim::Vanished)
+}
+
+async fn reclaim_expired(
+    conn: &mut PgConnection,
+    req: &ClaimRequest<'_>,
+    lease: Duration,
+) -> sqlx::Result<Option<AttemptRow>> {
+    let row: Option<(i64, i64)> = bind_request(sqlx::query_as(RECLAIM_EXPIRED), req, lease)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(|(generation, token)| fresh(generation, token)))
+}
+
+/// Binds $1..$7: the claim's six values and the lease.
+fn bind_request<'q, O>(
+    query: sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>,
+    req: &'q ClaimRequest<'_>,
+    lease: Duration,
+) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
+    super::bind_claim(query, req).bind(lease)
+}
+
+pub(super) async fn take_over(
+    conn: &mut PgConnection,
+    req: &ClaimRequest<'_>,
+    seen: i64,
+    lease: Duration,
+) -> sqlx::Result<Option<AttemptRow>> {
+    let row: Option<(i64, i64, String)> = sqlx::query_as(TAKE_OVER)
+        .bind(req.scope)
+        .bind(req.key)
+        .bind(seen)
+        .bind(lease)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some((generation, fencing_token, recovery_point)) = row else {
+        return Ok(None);
+    };
+    let recorded = sqlx::query_as(RECORDED_PHASES)
+        .bind(req.scope)
+        .bind(req.key)
+        .fetch_all(&mut *conn)
+        .await?;
+    // The column reads 'started' until a phase commits; only a recorded phase is a
+    // point to recover from.
+    let recovery_point = if recorded.is_empty() {
+        None
+    } else {
+        Some(recovery_point)
+    };
+    Ok(Some(AttemptRow {
+        generation,
+        fencing_token,
+        recovery_point,
+        recorded,
+    }))
+}
+
+pub(super) async fn begin_phase(
+    idem: &Idem<Postgres>,
+) -> sqlx::Result<Transaction<'static, Postgres>> {
+    idem.pool().begin_with(BEGIN_PHASE).await
+}
+
+pub(super) async fn record_phase(
+    conn: &mut PgConnection,
+    attempt: &AttemptRef<'_>,
+    phase: &str,
+    output: &str,
+) -> sqlx::Result<PhaseRecord> {
+    let (recorded, in_transaction): (bool, bool) = sqlx::query_as(RECORD_PHASE)
+        .bind(attempt.scope)
+        .bind(attempt.key)
+        .bind(attempt.fencing_token)
+        .bind(phase)
+        .bind(attempt.lease)
+        .bind(output)
+        .fetch_one(conn)
+        .await?;
+    Ok(match (recorded, in_transaction) {
+        (true, _) => PhaseRecord::Recorded,
+        (false, true) => PhaseRecord::TakenOver,
+        (false, false) => PhaseRecord::TransactionEnded,
+    })
+}
+
+pub(super) async fn extend_lease(
+    conn: &mut PgConnection,
+    attempt: &AttemptRef<'_>,
+) -> sqlx::Result<bool> {
+    let extended: Option<bool> = sqlx::query_scalar(EXTEND_LEASE)
+        .bind(attempt.scope)
+        .bind(attempt.key)
+        .bind(attempt.fencing_token)
+        .bind(attempt.lease)
+        .fetch_optional(conn)
+        .await?;
+    Ok(extended.is_some())
+}
+
+pub(super) async fn release_lease(
+    conn: &mut PgConnection,
+    attempt: &AttemptRef<'_>,
+) -> sqlx::Result<()> {
+    sqlx::query(RELEASE_LEASE)
+        .bind(attempt.scope)
+        .bind(attempt.key)
+        .bind(attempt.fencing_token)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn complete(
+    conn: &mut PgConnection,
+    attempt: &AttemptRef<'_>,
+    response: &crate::store::StoredResponse<'_>,
+) -> sqlx::Result<bool> {
+    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+    let completed: Option<bool> = sqlx::query_scalar(COMPLETE)
+        .bind(attempt.scope)
+        .bind(attempt.key)
+        .bind(attempt.fencing_token)
+        .bind(status)
+        .bind(response.headers)
+        .bind(response.body)
+        .fetch_optional(conn)
+        .await?;
+    Ok(completed.is_some())
+}

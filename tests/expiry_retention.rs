@@ -1,0 +1,111 @@
+//! The sweep deletes keys past their retention and nothing else: keys still within
+//! their retention stay, and so do keys in progress within their lease, however old.
+
+mod expiry_support;
+mod support;
+
+use std::time::Duration;
+
+use expiry_support::{Keys, Lease};
+use idem::Expiry;
+
+#[tokio::test]
+async fn expired_keys_go_and_live_or_leased_keys_stay() {
+    let keys = Keys::new(2).await;
+    // Gone: past retention, completed or with a lease that ran out.
+    keys.insert("old", 50, -3600, Lease::None).await;
+    keys.insert("just-expired", 5, -1, Lease::None).await;
+    keys.insert("lease-over", 10, -3600, Lease::Until(-60))
+        .await;
+    // Kept: within retention, or in progress within the lease.
+    keys.insert("fresh", 40, 23 * 3600, Lease::None).await;
+    keys.insert("held-by-lease", 10, -3600, Lease::Until(300))
+        .await;
+    keys.insert("young-lease", 3, 3600, Lease::Until(300)).await;
+
+    let expiry = Expiry::new(keys.pool.clone());
+    assert_eq!(expiry.count_deletable().await.expect("dry run"), 65);
+    assert_eq!(keys.total().await, 118, "a dry run deletes nothing");
+
+    let report = expiry.sweep_once().await.expect("sweep");
+    assert_eq!(report.rows_deleted, 65);
+    for gone in ["old", "just-expired", "lease-over"] {
+        assert_eq!(keys.left(gone).await, 0, "{gone} keys are deleted");
+    }
+    assert_eq!(keys.left("fresh").await, 40);
+    assert_eq!(
+        keys.left("held-by-lease").await,
+        10,
+        "in progress within the lease"
+    );
+    assert_eq!(keys.left("young-lease").await, 3);
+
+    let again = expiry.sweep_once().await.expect("second sweep");
+    assert_eq!(again.rows_deleted, 0, "nothing else is due");
+
+    // Once the lease runs out, the expired in-progress keys go too.
+    sqlx::query(
+        "UPDATE idem_keys SET locked_until = now() - interval '1 second' \
+         WHERE idem_key LIKE 'held-by-lease-%'",
+    )
+    .execute(&keys.pool)
+    .await
+    .expect("end the leases");
+    let after_lease = expiry.sweep_once().await.expect("sweep after the lease");
+    assert_eq!(after_lease.rows_deleted, 10);
+    assert_eq!(keys.left("held-by-lease").await, 0);
+    assert_eq!(keys.left("young-lease").await, 3, "still within retention");
+    assert_eq!(keys.left("fresh").await, 40);
+}
+
+/// Through the example service: a key past its retention is swept, and the client may
+/// then use it for a new request, which runs the handler again.
+#[tokio::test]
+async fn a_swept_key_is_free_for_a_new_request() {
+    let env = support::Env::new().await;
+    let app = support::service(&env.idem()).await;
+    let first = app
+        .call(support::post_order(
+            support::ALICE,
+            "reused-key",
+            &support::order_json("widget", 1, 100),
+        ))
+        .await;
+    first.assert_created();
+
+    let expiry = Expiry::new(env.pool.clone());
+    assert_eq!(
+        expiry.sweep_once().await.expect("sweep").rows_deleted,
+        0,
+        "within retention"
+    );
+    assert_eq!(env.keys().await, 1);
+
+    sqlx::query("UPDATE idem_keys SET expires_at = now() - interval '1 second'")
+        .execute(&env.pool)
+        .await
+        .expect("let the retention end");
+    assert_eq!(expiry.sweep_once().await.expect("sweep").rows_deleted, 1);
+    assert_eq!(env.keys().await, 0);
+
+    // A different body would be a 422 while the key lived; now it is a new request.
+    let second = app
+        .call(support::post_order(
+            support::ALICE,
+            "reused-key",
+            &support::order_json("gadget", 2, 200),
+        ))
+        .await;
+    second.assert_created();
+    assert_eq!(env.orders().await, 2);
+    let expires_in: f64 =
+        sqlx::query_scalar("SELECT extract(epoch FROM expires_at - now())::float8 FROM idem_keys")
+            .fetch_one(&env.pool)
+            .await
+            .expect("the new key's expiry");
+    let day = Duration::from_secs(24 * 3600).as_secs_f64();
+    assert!(
+        (day - 60.0..=day).contains(&expires_in),
+        "the new key lives for the handler's 24h retention, not {expires_in} s"
+    );
+}

@@ -1,0 +1,144 @@
+//! While an attempt holds its lease, a duplicate gets 409 `request-in-progress` with
+//! `Retry-After: 1` at once (the claim committed, so nothing waits on a lock); a phase
+//! that runs longer than the lease keeps duplicates out by extending it. Once the attempt
+//! completes, duplicates replay its response.
+
+mod phased_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use actix_web::{HttpResponse, post, web};
+use futures_util::future::join;
+use idem::PhaseError;
+use phased_support::{Gate, LEASE, key_state};
+use support::app::Account;
+use support::{ALICE, Env, TestApp, post};
+
+#[derive(Debug, Default)]
+struct Control {
+    gate: Gate,
+}
+
+/// Held between two phases until the test opens the gate.
+#[post("/test/held")]
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn held(
+    account: Account,
+    phases: idem::Phases,
+    control: web::Data<Control>,
+) -> Result<HttpResponse, PhaseError> {
+    let _ = account;
+    phases
+        .run("first", async |_tx| Ok::<_, PhaseError>(()))
+        .await?;
+    control.gate.pass().await;
+    phases
+        .run("second", async |_tx| Ok::<_, PhaseError>(()))
+        .await?;
+    Ok(HttpResponse::Created().body("done"))
+}
+
+/// One phase that works for 2.5 leases, extending its lease as it goes.
+#[post("/test/long-phase")]
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn long_phase(account: Account, phases: idem::Phases) -> Result<HttpResponse, PhaseError> {
+    let _ = account;
+    let lease = phases.lease();
+    let steps: u32 = phases
+        .run("long", async |_tx| {
+            let step = lease.duration() / 4;
+            for _ in 0..10 {
+                tokio::time::sleep(step).await;
+                lease.extend().await?;
+            }
+            Ok::<_, PhaseError>(10)
+        })
+        .await?;
+    Ok(HttpResponse::Created().body(format!("{steps} steps")))
+}
+
+async fn app(env: &Env, control: &web::Data<Control>) -> TestApp {
+    let control = control.clone();
+    support::service_with(&env.idem(), move |cfg| {
+        cfg.app_data(control).service(held).service(long_phase);
+    })
+    .await
+}
+
+fn assert_in_progress(reply: &support::Reply) {
+    reply.assert_idem_problem(409, "request-in-progress");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert!(!reply.replayed());
+}
+
+#[actix_web::test]
+async fn a_duplicate_during_a_held_lease_gets_409_at_once_then_replays() {
+    let env = Env::new().await;
+    let control = web::Data::new(Control::default());
+    let app = app(&env, &control).await;
+    let request = || post("/test/held", ALICE, "held", "{}");
+
+    let first = app.call(request());
+    let duplicates = async {
+        control.gate.reached().await;
+        // The claim and the first phase are committed; the attempt holds its lease.
+        let (state, point, _, leased) = key_state(&env.pool, "held").await;
+        assert_eq!(
+            (state.as_str(), point.as_str(), leased),
+            ("started", "first", true)
+        );
+        let sent = Instant::now();
+        let duplicate = app.call(request()).await;
+        let waited = sent.elapsed();
+        // A different body is a different request, in progress or not.
+        let other = app
+            .call(post("/test/held", ALICE, "held", r#"{"x":1}"#))
+            .await;
+        control.gate.open();
+        (duplicate, waited, other)
+    };
+    let (first, (duplicate, waited, other)) = join(first, duplicates).await;
+
+    assert_in_progress(&duplicate);
+    assert!(
+        waited < Duration::from_millis(500),
+        "no lock wait behind the attempt: {waited:?}"
+    );
+    let mismatch = other.assert_idem_problem(422, "idempotency-key-reused");
+    assert_eq!(mismatch["mismatch"], "body");
+    assert_eq!(first.status, 201);
+    app.call(request()).await.assert_replay_of(&first);
+}
+
+#[actix_web::test]
+async fn a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out() {
+    let env = Env::new().await;
+    let app = app(&env, &web::Data::new(Control::default())).await;
+    let request = || post("/test/long-phase", ALICE, "long", "{}");
+
+    let started = Instant::now();
+    let first = async {
+        let reply = app.call(request()).await;
+        (reply, started.elapsed())
+    };
+    let duplicates = async {
+        let mut replies = Vec::new();
+        // Past the lease as first claimed, twice over: still held, thanks to extensions.
+        for after in [LEASE / 2, LEASE + LEASE / 2, LEASE * 2] {
+            tokio::time::sleep_until((started + after).into()).await;
+            replies.push((app.call(request()).await, started.elapsed()));
+        }
+        replies
+    };
+    let ((first, took), duplicates) = join(first, duplicates).await;
+
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    assert_eq!(&first.body[..], b"10 steps");
+    assert!(took > LEASE * 2, "the phase outlived its lease: {took:?}");
+    for (reply, at) in &duplicates {
+        assert!(*at < took, "sent while the phase ran");
+        assert_in_progress(reply);
+    }
+    app.call(request()).await.assert_replay_of(&first);
+}

@@ -1,0 +1,12 @@
+#[actix_web::post("/accounts/{account}/payments")]
+#[idem::idempotent(scope = account, lease = "30s")]
+async fn create_payment(
+    account: actix_web::web::Path<i64>,
+    phases: idem::Phases,
+    tx: idem::Tx,
+) -> &'static str {
+    let _ = (account, phases, tx);
+    "created"
+}
+
+fn main() {}
