@@ -85,8 +85,10 @@ async fn twenty_overlapping_requests_wait_for_the_first_and_replay_it() {
         elapsed >= Duration::from_millis(300),
         "the handler slept: {elapsed:?}"
     );
+    // Queued one behind another they would take 19 x 300 ms; the bound leaves room for
+    // a loaded CI machine.
     assert!(
-        elapsed < Duration::from_millis(1500),
+        elapsed < Duration::from_secs(4),
         "duplicates did not queue: {elapsed:?}"
     );
 }
@@ -98,7 +100,11 @@ async fn duplicates_that_wait_less_than_the_first_runs_get_409() {
     let app = support::service(&idem).await;
     let started = Instant::now();
     let (replays, conflicts) = twenty_at_once(&env, &app, "/orders?delay_ms=300").await;
-    // All twenty start together; each duplicate gives up 50 ms into the first's 300 ms.
-    assert_eq!((replays, conflicts), (0, PARALLEL - 1));
-    assert!(started.elapsed() < Duration::from_millis(1500));
+    // Each duplicate that overlaps the first gives up 50 ms into its 300 ms. On a loaded
+    // machine a duplicate may only reach its claim after the first committed; that one
+    // replays, which is also right. What must never happen is waiting in line.
+    assert_eq!(replays + conflicts, PARALLEL - 1);
+    assert!(conflicts >= 1, "no duplicate overlapped the first: {replays} replays");
+    // Queued one behind another they would take 19 x 300 ms.
+    assert!(started.elapsed() < Duration::from_secs(4));
 }

@@ -43,7 +43,8 @@ async fn a_duplicate_during_the_first_gets_409_then_replays() {
         "the duplicate waited claim_wait: {waited:?}"
     );
     assert!(
-        waited < Duration::from_millis(900),
+        // Well under the first's 1500 ms, with room for a loaded machine.
+        waited < Duration::from_millis(1300),
         "the 409 came quickly: {waited:?}"
     );
     assert!(
