@@ -104,7 +104,10 @@ async fn duplicates_that_wait_less_than_the_first_runs_get_409() {
     // machine a duplicate may only reach its claim after the first committed; that one
     // replays, which is also right. What must never happen is waiting in line.
     assert_eq!(replays + conflicts, PARALLEL - 1);
-    assert!(conflicts >= 1, "no duplicate overlapped the first: {replays} replays");
+    assert!(
+        conflicts >= 1,
+        "no duplicate overlapped the first: {replays} replays"
+    );
     // Queued one behind another they would take 19 x 300 ms.
     assert!(started.elapsed() < Duration::from_secs(4));
 }
