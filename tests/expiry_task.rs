@@ -43,8 +43,10 @@ async fn the_spawned_task_sweeps_on_its_interval_and_stops() {
 
     // Keys that expire later are taken by a later sweep.
     keys.insert("second", 5, -1, Lease::None).await;
-    eventually("the second keys are deleted", || async {
-        keys.left("second").await == 0
+    // The counters are updated when a sweep ends, just after its last DELETE commits:
+    // wait for both.
+    eventually("the second keys are deleted and counted", || async {
+        keys.left("second").await == 0 && handle.stats().rows_deleted == 35
     })
     .await;
     assert_eq!(keys.left("kept").await, 4);
@@ -125,8 +127,8 @@ async fn run_ends_when_its_shutdown_future_completes() {
         let _ = stopped.await;
     }));
     let task = tokio::spawn(run);
-    eventually("the keys are deleted", || async {
-        keys.left("due").await == 0
+    eventually("the keys are deleted and counted", || async {
+        keys.left("due").await == 0 && expiry.stats().rows_deleted == 3
     })
     .await;
     stop.send(()).expect("the task is running");
@@ -183,8 +185,8 @@ async fn database_errors_are_counted_and_the_next_sweep_runs() {
         .await
         .expect("rename back");
     keys.insert("due", 12, -60, Lease::None).await;
-    eventually("the keys are deleted", || async {
-        keys.left("due").await == 0
+    eventually("the keys are deleted and counted", || async {
+        keys.left("due").await == 0 && expiry.stats().rows_deleted == 12
     })
     .await;
     let stats = expiry.stats();
