@@ -1,0 +1,224 @@
+//! The `hand` baseline: the seed's single-transaction protocol (section 4 of
+//! `../shared/seed/000_b1d617593e8eba33.txt`) written by hand in a handler, the way a
+//! careful user would write it without idem.
+//!
+//! Careful means: the claim and the business write in one transaction, a lock timeout
+//! so a duplicate fails fast with 409 instead of queueing, a fingerprint of the
+//! canonicalized request so a changed payload is a 422, replay of status, `Location` and
+//! exact body bytes, and `BEGIN` with its `SET LOCAL` in one round trip. It stores the
+//! response as `bytea` rather than the seed's `jsonb`: replay must return the exact bytes,
+//! and parsing JSON in the database would only make the baseline slower.
+
+use actix_web::http::header::{self, ContentType};
+use actix_web::{HttpRequest, HttpResponse, post, web};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::orders::{Account, NewOrder, insert_order};
+
+/// The seed's key table (section 3), with the response stored as exact bytes plus the
+/// `Location` it must replay (the seed's gotchas). Like `idem_keys` it has its primary
+/// key and one index for expiry, so both tables cost the same to write.
+pub(crate) const SCHEMA: &str = "\
+CREATE TABLE hand_keys (
+    account_id        bigint      NOT NULL,
+    idem_key          text        NOT NULL,
+    request_hash      bytea       NOT NULL,
+    method            text        NOT NULL,
+    path              text        NOT NULL,
+    state             text        NOT NULL DEFAULT 'started',
+    recovery_point    text        NOT NULL DEFAULT 'started',
+    locked_until      timestamptz,
+    response_code     int,
+    response_location text,
+    response_body     bytea,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (account_id, idem_key)
+);
+CREATE INDEX hand_keys_created_at ON hand_keys (created_at);";
+
+/// One round trip: the transaction and its lock timeout.
+pub(crate) const BEGIN: &str = "BEGIN; SET LOCAL lock_timeout = '1s'";
+
+/// The seed's claim.
+pub(crate) const CLAIM: &str = "\
+INSERT INTO hand_keys (account_id, idem_key, request_hash, method, path, locked_until)
+VALUES ($1, $2, $3, $4, $5, now() + interval '60 seconds')
+ON CONFLICT (account_id, idem_key) DO NOTHING
+RETURNING true";
+
+/// The seed's record of the response.
+pub(crate) const COMPLETE: &str = "\
+UPDATE hand_keys SET state = 'completed', response_code = 201, response_location = $3,
+       response_body = $4, locked_until = NULL
+ WHERE account_id = $1 AND idem_key = $2";
+
+/// SQLSTATE `lock_not_available`: a duplicate waited longer than the lock timeout.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+type ExistingRow = (
+    Vec<u8>,
+    String,
+    bool,
+    Option<i32>,
+    Option<String>,
+    Option<Vec<u8>>,
+);
+
+/// `POST /hand/orders`.
+#[post("/hand/orders")]
+pub(crate) async fn create_order(
+    req: HttpRequest,
+    account: Account,
+    pool: web::Data<PgPool>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let Some(key) = idempotency_key(&req) else {
+        return problem(
+            400,
+            "send an Idempotency-Key of 1 to 255 visible characters",
+        );
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(&body) else {
+        return problem(400, "the body is not JSON");
+    };
+    let order = match NewOrder::deserialize(&value) {
+        Ok(order) => order,
+        Err(error) => return problem(422, &error.to_string()),
+    };
+    let method = req.method().as_str();
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or(req.path(), |pq| pq.as_str());
+    // The seed: sha256(canonicalJson({ method, path, body })). serde_json's map is
+    // ordered by key, so serializing the parsed value is its canonical form.
+    let canonical = serde_json::json!({ "method": method, "path": path, "body": value });
+    let hash = Sha256::digest(serde_json::to_vec(&canonical).expect("JSON serializes"));
+
+    match execute(&pool, account, key, hash.as_slice(), method, path, &order).await {
+        Ok(response) => response,
+        Err(error) if is_lock_timeout(&error) => in_progress(),
+        // The transaction was dropped, hence rolled back: the key can be retried.
+        Err(_) => problem(500, "nothing was saved; retry"),
+    }
+}
+
+async fn execute(
+    pool: &PgPool,
+    account: Account,
+    key: &str,
+    hash: &[u8],
+    method: &str,
+    path: &str,
+    order: &NewOrder,
+) -> sqlx::Result<HttpResponse> {
+    // The lock timeout makes a concurrent duplicate, blocked on the key's index entry,
+    // give up after a second instead of holding its connection for as long as the first
+    // request runs.
+    let mut tx = pool.begin_with(BEGIN).await?;
+    let claimed: Option<bool> = sqlx::query_scalar(CLAIM)
+        .bind(account.0)
+        .bind(key)
+        .bind(hash)
+        .bind(method)
+        .bind(path)
+        .fetch_optional(&mut *tx)
+        .await?;
+
+    if claimed.is_none() {
+        let row: Option<ExistingRow> = sqlx::query_as(
+            "SELECT request_hash, state, coalesce(locked_until > now(), false), \
+                    response_code, response_location, response_body \
+               FROM hand_keys WHERE account_id = $1 AND idem_key = $2 FOR UPDATE",
+        )
+        .bind(account.0)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        // Nothing was written: end the transaction now to free the connection.
+        tx.rollback().await?;
+        let Some((stored_hash, state, _locked, code, location, body)) = row else {
+            // The holder rolled back between our insert and our select.
+            return Ok(in_progress());
+        };
+        if stored_hash != hash {
+            return Ok(problem(
+                422,
+                "this Idempotency-Key was used for another request",
+            ));
+        }
+        return Ok(match (state.as_str(), code, body) {
+            ("completed", Some(code), Some(body)) => replay(code, location, body),
+            // In the single-transaction form a started row is never committed, so this is
+            // only reached by a multi-phase writer; lease takeover is not the baseline's job.
+            _ => in_progress(),
+        });
+    }
+
+    let created = insert_order(&mut tx, account, order).await?;
+    let body = serde_json::to_vec(&created).expect("an order serializes");
+    let location = format!("/orders/{}", created.id);
+    sqlx::query(COMPLETE)
+        .bind(account.0)
+        .bind(key)
+        .bind(&location)
+        .bind(&body)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(HttpResponse::Created()
+        .insert_header((header::LOCATION, location))
+        .content_type(ContentType::json())
+        .body(body))
+}
+
+/// 1 to 255 visible ASCII characters, sent once.
+fn idempotency_key(req: &HttpRequest) -> Option<&str> {
+    let mut values = req.headers().get_all("idempotency-key");
+    let key = values.next()?.to_str().ok()?;
+    let valid = values.next().is_none()
+        && (1..=255).contains(&key.len())
+        && key.bytes().all(|b| b.is_ascii_graphic());
+    valid.then_some(key)
+}
+
+fn is_lock_timeout(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
+}
+
+fn replay(code: i32, location: Option<String>, body: Vec<u8>) -> HttpResponse {
+    let status = u16::try_from(code)
+        .ok()
+        .and_then(|code| actix_web::http::StatusCode::from_u16(code).ok())
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = HttpResponse::build(status);
+    if let Some(location) = location {
+        response.insert_header((header::LOCATION, location));
+    }
+    response
+        .insert_header(("idempotent-replayed", "true"))
+        .content_type(ContentType::json())
+        .body(body)
+}
+
+fn in_progress() -> HttpResponse {
+    let mut response = problem(409, "a request with this key is in progress");
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
+}
+
+fn problem(status: u16, detail: &str) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    HttpResponse::build(status)
+        .content_type("application/problem+json")
+        .body(serde_json::json!({ "status": status.as_u16(), "detail": detail }).to_string())
+}

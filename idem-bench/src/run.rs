@@ -1,0 +1,362 @@
+//! One benchmark run, part by part.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_testkit::TestDb;
+
+use crate::child::Server;
+use crate::cpu::Probe;
+use crate::db::{self, ServerInfo};
+use crate::expiry::{self, ExpiryResults};
+use crate::floor::{self, Floor};
+use crate::load::{self, HttpLoad, KeyLog, Mode, STORM_DUPLICATES, Scenario};
+use crate::memory;
+use crate::options::Options;
+use crate::report;
+use crate::scale::{self, ScaleResults};
+use crate::stats::Stats;
+
+/// Everything the report shows.
+#[derive(Debug)]
+pub(crate) struct Results {
+    pub(crate) options: Options,
+    pub(crate) machine: Machine,
+    pub(crate) database: ServerInfo,
+    pub(crate) server_workers: usize,
+    pub(crate) server_pool: u32,
+    pub(crate) table: Vec<(Scenario, Stats)>,
+    pub(crate) breakdown: Vec<floor::Breakdown>,
+    pub(crate) memory: Option<MemoryResults>,
+    pub(crate) scale: Option<ScaleResults>,
+    pub(crate) expiry: ExpiryResults,
+    pub(crate) took: Duration,
+}
+
+/// Peak server memory per load.
+#[derive(Debug)]
+pub(crate) struct MemoryResults {
+    pub(crate) idle_kib: u64,
+    pub(crate) rows: Vec<(&'static str, Stats, u64)>,
+    /// False where the kernel would not reset the peak between loads.
+    pub(crate) reset_works: bool,
+}
+
+/// The machine, for the report.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    pub(crate) cpu: String,
+    pub(crate) cores: usize,
+    pub(crate) memory_gib: f64,
+    pub(crate) kernel: String,
+    pub(crate) rustc: String,
+}
+
+pub(crate) async fn run(options: Options) -> Result<(), String> {
+    if let Some(requests) = options.callgrind {
+        return crate::profile::run(&options, requests).await;
+    }
+    let started = Instant::now();
+    let c = options.connections;
+    // Every connection the storm holds waits for the key's row lock with a pool
+    // connection in hand; the pool must not be what makes duplicates wait.
+    let server_pool = (c.max(load::storm_groups(c) * STORM_DUPLICATES) + 4) as u32;
+    eprintln!("idem-bench: starting PostgreSQL");
+    let db = TestDb::new().await;
+    let pool = db::pool(&db, c as u32 + 2).await?;
+    db::create_schema(&pool).await?;
+    let database = db::server_info(&pool).await?;
+    eprintln!("idem-bench: {}", database.summary());
+    let server = Server::start_with(
+        db.url(),
+        server_pool,
+        options.acquire_ping,
+        &[],
+        Duration::from_secs(60),
+    )?;
+    eprintln!(
+        "idem-bench: server pid {} on {}, {} workers, pool {server_pool}",
+        server.pid(),
+        server.addr,
+        crate::server::workers()
+    );
+
+    let completed = Completed::default();
+    let (table, breakdown) = if options.skip_table {
+        (Vec::new(), Vec::new())
+    } else {
+        let table = rounds(&options, &server, &pool, &completed).await?;
+        let mut breakdown = Vec::new();
+        for floor in [Floor::Bare, Floor::Hand, Floor::Protocol, Floor::Replay] {
+            breakdown
+                .push(floor::breakdown(&pool, floor, options.seconds, &completed.floor).await?);
+        }
+        (table, breakdown)
+    };
+
+    let memory = if options.skip_memory {
+        None
+    } else {
+        Some(memory_part(&options, &server, &completed).await?)
+    };
+    server.stop();
+    drop(pool);
+
+    let scale = if options.skip_scale {
+        None
+    } else {
+        Some(scale::run(&options, server_pool).await?)
+    };
+    let expiry = if options.skip_expiry {
+        ExpiryResults::skipped("left out with --skip expiry")
+    } else {
+        expiry::run(&options, server_pool).await?
+    };
+
+    let results = Results {
+        machine: machine(),
+        database,
+        server_workers: crate::server::workers(),
+        server_pool,
+        table,
+        breakdown,
+        memory,
+        scale,
+        expiry,
+        took: started.elapsed(),
+        options,
+    };
+    report::print(&results);
+    report::write(&results)?;
+    drop(db);
+    Ok(())
+}
+
+/// Keys that completed, per endpoint, for the replay scenarios.
+#[derive(Debug, Default)]
+struct Completed {
+    idem: Arc<KeyLog>,
+    hand: Arc<KeyLog>,
+    floor: Arc<KeyLog>,
+}
+
+/// The HTTP load of a scenario of the table; `None` for the floor.
+fn http_load(scenario: Scenario, completed: &Completed) -> Option<HttpLoad> {
+    let (path, mode) = match scenario {
+        Scenario::Bare => ("/bare/orders", Mode::Fresh(None)),
+        Scenario::Hand => (
+            "/hand/orders",
+            Mode::Fresh(Some(Arc::clone(&completed.hand))),
+        ),
+        Scenario::Idem => (
+            "/idem/orders",
+            Mode::Fresh(Some(Arc::clone(&completed.idem))),
+        ),
+        Scenario::Replay => ("/idem/orders", Mode::Replay(Arc::clone(&completed.idem))),
+        Scenario::HandReplay => ("/hand/orders", Mode::Replay(Arc::clone(&completed.hand))),
+        Scenario::Storm => ("/idem/orders", Mode::Storm),
+        Scenario::Phased => ("/phased/orders", Mode::Fresh(None)),
+        Scenario::FloorBare
+        | Scenario::FloorHand
+        | Scenario::FloorProtocol
+        | Scenario::FloorReplay => return None,
+    };
+    Some(HttpLoad { path, mode })
+}
+
+async fn run_scenario(
+    scenario: Scenario,
+    options: &Options,
+    server: &Server,
+    pool: &sqlx::PgPool,
+    completed: &Completed,
+    duration: Duration,
+) -> Result<Stats, String> {
+    let probe = Probe::new(Some(server.pid()), pool).await;
+    let before = probe.sample();
+    let mut stats =
+        run_scenario_inner(scenario, options, server, pool, completed, duration).await?;
+    stats.cpu = probe.sample() - before;
+    Ok(stats)
+}
+
+async fn run_scenario_inner(
+    scenario: Scenario,
+    options: &Options,
+    server: &Server,
+    pool: &sqlx::PgPool,
+    completed: &Completed,
+    duration: Duration,
+) -> Result<Stats, String> {
+    let c = options.connections;
+    match scenario {
+        Scenario::FloorBare => floor::run(pool, Floor::Bare, c, duration, &completed.floor).await,
+        Scenario::FloorHand => floor::run(pool, Floor::Hand, c, duration, &completed.floor).await,
+        Scenario::FloorProtocol => {
+            floor::run(pool, Floor::Protocol, c, duration, &completed.floor).await
+        }
+        Scenario::FloorReplay => {
+            floor::run(pool, Floor::Replay, c, duration, &completed.floor).await
+        }
+        _ => {
+            let load = http_load(scenario, completed).expect("an HTTP scenario");
+            load::run(server.addr, &load, c, duration).await
+        }
+    }
+}
+
+/// A warm-up round, then `options.rounds` rounds of every scenario, each round starting
+/// one scenario later (A B C, B C A, ...), so that neither drift over time nor the
+/// position after a particular scenario favours one of them.
+async fn rounds(
+    options: &Options,
+    server: &Server,
+    pool: &sqlx::PgPool,
+    completed: &Completed,
+) -> Result<Vec<(Scenario, Stats)>, String> {
+    let mut scenarios = options.scenarios.clone();
+    // A replay needs completed keys: the warm-up runs the scenario that makes them first.
+    let sources: Vec<Scenario> = scenarios.iter().filter_map(|s| s.replays()).collect();
+    for source in sources {
+        if !scenarios.contains(&source) {
+            scenarios.insert(0, source);
+        }
+    }
+    let warm_up = options.seconds.min(Duration::from_secs(2));
+    eprintln!("idem-bench: warm-up, {warm_up:?} per scenario");
+    let mut order = scenarios.clone();
+    order.sort_by_key(|s| s.replays().is_some());
+    for &scenario in &order {
+        let stats = run_scenario(scenario, options, server, pool, completed, warm_up).await?;
+        if stats.errors > 0 {
+            return Err(format!(
+                "warm-up of {}: {} errors, the first: {}",
+                scenario.name(),
+                stats.errors,
+                stats.first_error.unwrap_or_default()
+            ));
+        }
+    }
+    let mut table: Vec<(Scenario, Stats)> =
+        scenarios.iter().map(|&s| (s, Stats::default())).collect();
+    for round in 0..options.rounds as usize {
+        let n = scenarios.len();
+        for i in 0..n {
+            let index = (round + i) % n;
+            let scenario = scenarios[index];
+            let stats =
+                run_scenario(scenario, options, server, pool, completed, options.seconds).await?;
+            let cpu = stats.cpu_per_request().unwrap_or_default();
+            eprintln!(
+                "idem-bench: round {}/{} {:<15} {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  \
+                 cpu µs/req {:>4.0} {:>4.0} {:>4.0}  others {:>3.0}%{}",
+                round + 1,
+                options.rounds,
+                scenario.name(),
+                stats.rate(),
+                stats.ms(0.5),
+                stats.ms(0.99),
+                cpu[0],
+                cpu[1],
+                cpu[2],
+                stats.others_share(crate::server::workers()) * 100.0,
+                if stats.errors > 0 {
+                    format!("  {} errors", stats.errors)
+                } else {
+                    String::new()
+                }
+            );
+            table[index].1.add_round(&stats);
+        }
+    }
+    Ok(table)
+}
+
+async fn memory_part(
+    options: &Options,
+    server: &Server,
+    completed: &Completed,
+) -> Result<MemoryResults, String> {
+    let pid = server.pid();
+    let idle_kib = memory::read(pid).map_or(0, |m| m.rss_kib);
+    let big = Arc::new(KeyLog::default());
+    let loads: [(&'static str, HttpLoad); 4] = [
+        (
+            "idem",
+            HttpLoad {
+                path: "/idem/orders",
+                mode: Mode::Fresh(Some(Arc::clone(&completed.idem))),
+            },
+        ),
+        (
+            "bare, 1 MiB responses",
+            HttpLoad {
+                path: "/bare-big/orders",
+                mode: Mode::Fresh(None),
+            },
+        ),
+        (
+            "idem, 1 MiB responses",
+            HttpLoad {
+                path: "/idem-big/orders",
+                mode: Mode::Fresh(Some(Arc::clone(&big))),
+            },
+        ),
+        (
+            "replay, 1 MiB responses",
+            HttpLoad {
+                path: "/idem-big/orders",
+                mode: Mode::Replay(Arc::clone(&big)),
+            },
+        ),
+    ];
+    let mut reset_works = true;
+    let mut rows = Vec::new();
+    for (name, load) in loads {
+        reset_works &= memory::reset_peak(pid);
+        let stats = load::run(server.addr, &load, options.connections, options.seconds).await?;
+        let peak = memory::read(pid).map_or(0, |m| m.peak_kib);
+        eprintln!(
+            "idem-bench: memory {name:<24} peak {:>7.1} MiB  {:>7.0} req/s",
+            peak as f64 / 1024.0,
+            stats.rate()
+        );
+        rows.push((name, stats, peak));
+    }
+    Ok(MemoryResults {
+        idle_kib,
+        rows,
+        reset_works,
+    })
+}
+
+fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_kib: f64 = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    let rustc = std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    Machine {
+        cpu,
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        memory_gib: memory_kib / 1024.0 / 1024.0,
+        kernel,
+        rustc,
+    }
+}
