@@ -1,14 +1,14 @@
 //! `cargo run --example orders` as a client meets it: the real binary, started with
 //! `DATABASE_URL` and `BIND_ADDR`, spoken to over HTTP.
 
+mod phased_support;
 mod support;
 
-use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use idem_testkit::TestDb;
+use phased_support::{example_binary, free_port};
 use serde_json::Value;
 use support::{ALICE, APP_PROBLEM, order_json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -16,44 +16,6 @@ use tokio::process::{Child, Command};
 
 /// How long the example may take to migrate and start listening.
 const STARTUP: Duration = Duration::from_secs(30);
-
-/// Builds the example (a no-op when `cargo test` already did) and returns its path.
-///
-/// `cargo test --test example_process` alone does not build examples, and a binary left
-/// in `target/debug/examples` may be stale, so ask cargo for the current one, once per
-/// test process.
-fn example_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(build_example).clone()
-}
-
-fn build_example() -> PathBuf {
-    let output = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--example", "orders", "--message-format=json"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run cargo build --example orders");
-    assert!(
-        output.status.success(),
-        "cargo build --example orders failed"
-    );
-    let stdout = String::from_utf8(output.stdout).expect("cargo's messages are UTF-8");
-    stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|message| message["reason"] == "compiler-artifact")
-        .filter(|message| message["target"]["name"] == "orders")
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .expect("cargo reported the example's executable")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free local port")
-        .port()
-}
 
 /// Starts the example on a free port and waits for it to say it serves; returns the
 /// child (killed when dropped) and its base URL.

@@ -147,7 +147,7 @@ fn build_example() -> PathBuf {
         .expect("cargo reported the example's executable")
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free local port")
