@@ -54,11 +54,15 @@ impl Sweep {
     }
 }
 
-/// Live `idem` load without and during a sweep at the task's default pace.
-#[derive(Debug)]
+/// Live `idem` load without and during a sweep at the task's default pace, as
+/// (without, during).
+#[derive(Debug, Default)]
 pub(crate) struct Live {
-    pub(crate) quiet: Stats,
-    pub(crate) sweeping: Stats,
+    /// As fast as the connections go.
+    pub(crate) saturated: (Stats, Stats),
+    /// At `rate`, half of what the saturated load reached.
+    pub(crate) half: (Stats, Stats),
+    pub(crate) rate: f64,
     /// Rows the task deleted while the load ran.
     pub(crate) rows_during: u64,
 }
@@ -171,9 +175,11 @@ async fn idem_sweep(pool: &PgPool) -> Result<Sweep, String> {
     })
 }
 
-/// `idem` load with no sweep, then during a sweep at the default pace, twice (A B A B).
-/// The task runs in this process, beside the load generator; what it costs live traffic
-/// is the database's work, which is the same wherever the task runs.
+/// `idem` load with no sweep, then during a sweep at the task's default pace, twice
+/// (A B A B): first as fast as the connections go, which leaves no CPU idle on this
+/// machine, then at half the rate that reached, which leaves room as a production server
+/// does. The task runs in this process, beside the load generator; what it costs live
+/// traffic is the database's work, which is the same wherever the task runs.
 async fn live(
     options: &Options,
     db: &TestDb,
@@ -191,37 +197,61 @@ async fn live(
         path: "/idem/orders",
         mode: Mode::Fresh(None),
     };
-    let mut quiet = Stats::default();
-    let mut sweeping = Stats::default();
-    let mut rows_during = 0;
-    for _ in 0..2 {
-        let stats = load::run(server.addr, &load, options.connections, options.seconds).await?;
-        quiet.add_round(&stats);
-        // The defaults: batches of 1000 with 20 ms between them; the first sweep starts
-        // at once.
-        let handle = Expiry::new(pool.clone()).spawn();
-        let stats = load::run(server.addr, &load, options.connections, options.seconds).await?;
-        let task = handle.stats();
-        handle.stop().await;
-        if task.sweeps > 0 {
-            eprintln!(
-                "idem-bench: expiry: the sweep ended before the load did; raise --expired-keys"
-            );
+    let mut live = Live::default();
+    for half in [false, true] {
+        let rate = (live.saturated.0.rate() / 2.0).max(1.0);
+        if half {
+            live.rate = rate;
         }
-        rows_during += task.rows_deleted;
-        sweeping.add_round(&stats);
+        let run = async || {
+            if half {
+                load::run_at_rate(
+                    server.addr,
+                    &load,
+                    options.connections,
+                    options.seconds,
+                    rate,
+                )
+                .await
+            } else {
+                load::run(server.addr, &load, options.connections, options.seconds).await
+            }
+        };
+        let mut quiet = Stats::default();
+        let mut sweeping = Stats::default();
+        for _ in 0..2 {
+            quiet.add_round(&run().await?);
+            // The defaults (batches of 1000, 20 ms apart) unless `--sweep-pace` says
+            // otherwise; the first sweep starts at once.
+            let expiry = match options.sweep_pace {
+                Some((rows, pause)) => Expiry::new(pool.clone()).batch_size(rows).pause(pause),
+                None => Expiry::new(pool.clone()),
+            };
+            let handle = expiry.spawn();
+            let stats = run().await?;
+            let task = handle.stats();
+            handle.stop().await;
+            if task.sweeps > 0 {
+                eprintln!(
+                    "idem-bench: expiry: the sweep ended before the load did; raise \
+                     --expired-keys"
+                );
+            }
+            live.rows_during += task.rows_deleted;
+            sweeping.add_round(&stats);
+        }
+        eprintln!(
+            "idem-bench: expiry: live p99 ({}) {:.2} ms without a sweep, {:.2} ms during one",
+            if half { "half load" } else { "saturated" },
+            quiet.ms(0.99),
+            sweeping.ms(0.99),
+        );
+        if half {
+            live.half = (quiet, sweeping);
+        } else {
+            live.saturated = (quiet, sweeping);
+        }
     }
     server.stop();
-    eprintln!(
-        "idem-bench: expiry: live p99 {:.2} ms without a sweep, {:.2} ms during one ({} rows \
-         deleted meanwhile)",
-        quiet.ms(0.99),
-        sweeping.ms(0.99),
-        rows_during
-    );
-    Ok(Live {
-        quiet,
-        sweeping,
-        rows_during,
-    })
+    Ok(live)
 }

@@ -239,10 +239,12 @@ async fn send(sender: &mut Sender, path: &str, account: u32, key: &str) -> Resul
 }
 
 /// When a load stops: at a deadline, or after a number of requests (of waves, in a storm).
+/// With `interval`, each connection sends on a schedule instead of as fast as it can.
 #[derive(Debug, Clone)]
 struct Budget {
     deadline: Option<Instant>,
     remaining: Option<Arc<AtomicU64>>,
+    interval: Option<Duration>,
 }
 
 impl Budget {
@@ -271,7 +273,30 @@ pub(crate) async fn run(
     connections: usize,
     duration: Duration,
 ) -> Result<Stats, String> {
-    run_with(addr, load, connections, Some(duration), None).await
+    run_with(addr, load, connections, Some(duration), None, None).await
+}
+
+/// Runs `load` for `duration` at `rate` requests per second in all, spread evenly over
+/// `connections` (an open loop: each connection sends on its schedule whether or not the
+/// server kept up). Latency is counted from the time a request was due, so an answer
+/// that made later requests wait also counts against those.
+pub(crate) async fn run_at_rate(
+    addr: SocketAddr,
+    load: &HttpLoad,
+    connections: usize,
+    duration: Duration,
+    rate: f64,
+) -> Result<Stats, String> {
+    let interval = Duration::from_secs_f64(connections as f64 / rate.max(1.0));
+    run_with(
+        addr,
+        load,
+        connections,
+        Some(duration),
+        None,
+        Some(interval),
+    )
+    .await
 }
 
 /// Runs `load` until `requests` were sent (waves, in a storm).
@@ -281,7 +306,7 @@ pub(crate) async fn run_count(
     connections: usize,
     requests: u64,
 ) -> Result<Stats, String> {
-    run_with(addr, load, connections, None, Some(requests)).await
+    run_with(addr, load, connections, None, Some(requests), None).await
 }
 
 async fn run_with(
@@ -290,6 +315,7 @@ async fn run_with(
     connections: usize,
     duration: Option<Duration>,
     requests: Option<u64>,
+    interval: Option<Duration>,
 ) -> Result<Stats, String> {
     let connections = match load.mode {
         Mode::Storm => storm_groups(connections) * STORM_DUPLICATES,
@@ -304,6 +330,7 @@ async fn run_with(
     let budget = Budget {
         deadline: duration.map(|d| start + d),
         remaining: requests.map(|n| Arc::new(AtomicU64::new(n))),
+        interval,
     };
     let mut tasks = JoinSet::new();
     match &load.mode {
@@ -327,8 +354,17 @@ async fn run_with(
             }
         }
         mode => {
-            for sender in senders {
-                tasks.spawn(connection(sender, load.path, mode.clone(), budget.clone()));
+            for (i, sender) in senders.into_iter().enumerate() {
+                // Scheduled connections start staggered, so requests arrive evenly.
+                let first =
+                    start + budget.interval.unwrap_or_default() * i as u32 / connections as u32;
+                tasks.spawn(connection(
+                    sender,
+                    load.path,
+                    mode.clone(),
+                    budget.clone(),
+                    first,
+                ));
             }
         }
     }
@@ -346,8 +382,15 @@ pub(crate) fn storm_groups(connections: usize) -> usize {
     (connections / STORM_DUPLICATES).max(1)
 }
 
-async fn connection(mut sender: Sender, path: &'static str, mode: Mode, budget: Budget) -> Stats {
+async fn connection(
+    mut sender: Sender,
+    path: &'static str,
+    mode: Mode,
+    budget: Budget,
+    first: Instant,
+) -> Stats {
     let mut stats = Stats::default();
+    let mut due = first;
     while budget.take() {
         let (account, key) = match &mode {
             Mode::Replay(log) => match log.next() {
@@ -359,7 +402,15 @@ async fn connection(mut sender: Sender, path: &'static str, mode: Mode, budget: 
             },
             _ => new_key(),
         };
-        let started = Instant::now();
+        let started = match budget.interval {
+            Some(interval) => {
+                tokio::time::sleep_until(due.into()).await;
+                let scheduled = due;
+                due += interval;
+                scheduled
+            }
+            None => Instant::now(),
+        };
         let answer = send(&mut sender, path, account, &key).await;
         stats.record(started.elapsed());
         match (answer, &mode) {

@@ -22,9 +22,11 @@ options:
   --big-keys N         keys in the table for the big scale point (default 10000000;
                        quick 300000)
   --expired-keys N     expired keys swept by the expiry benchmark (default 1000000;
-                       quick 100000)
+                       quick 200000)
   --only A,B,...       run only these scenarios of the table (names as printed)
   --skip PART,...      leave out parts: table (the scenarios), scale, memory, expiry
+  --sweep-pace B,MS    the live-load-during-a-sweep test sweeps B rows per batch, MS ms
+                       apart, instead of the expiry task's defaults (1000, 20)
   --no-acquire-ping    the server's pool does not ping a connection before handing it
                        out (sqlx's test_before_acquire; on by default, as in sqlx)
   --out DIR            where BENCHMARKS.md and benchmarks.svg go
@@ -50,6 +52,8 @@ pub(crate) struct Options {
     pub(crate) skip_memory: bool,
     pub(crate) skip_expiry: bool,
     pub(crate) acquire_ping: bool,
+    /// Rows per batch and pause of the sweep under live load; `None`: the defaults.
+    pub(crate) sweep_pace: Option<(u32, Duration)>,
     pub(crate) out: PathBuf,
     pub(crate) callgrind: Option<u64>,
     /// The command line, for the report.
@@ -67,13 +71,14 @@ impl Options {
             connections: 16,
             small_keys: 10_000,
             big_keys: if quick { 300_000 } else { 10_000_000 },
-            expired_keys: if quick { 100_000 } else { 1_000_000 },
+            expired_keys: if quick { 200_000 } else { 1_000_000 },
             scenarios: Scenario::TABLE.to_vec(),
             skip_table: false,
             skip_scale: false,
             skip_memory: false,
             skip_expiry: false,
             acquire_ping: true,
+            sweep_pace: None,
             out: default_out(quick),
             callgrind: None,
             command: command_line(args),
@@ -123,6 +128,16 @@ impl Options {
                     }
                 }
                 "--no-acquire-ping" => options.acquire_ping = false,
+                "--sweep-pace" => {
+                    let text = value(arg)?;
+                    let (rows, ms) = text
+                        .split_once(',')
+                        .ok_or_else(|| format!("--sweep-pace takes ROWS,MS, not `{text}`"))?;
+                    options.sweep_pace = Some((
+                        number(rows, arg, 1)?,
+                        Duration::from_millis(number(ms, arg, 0)?),
+                    ));
+                }
                 "--out" => options.out = PathBuf::from(value(arg)?),
                 "--callgrind" => options.callgrind = Some(number(&value(arg)?, arg, 1)?),
                 other => return Err(format!("unknown argument `{other}`")),

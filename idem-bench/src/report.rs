@@ -6,6 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use crate::expiry::Live;
 use crate::load::{STORM_DUPLICATES, Scenario};
 use crate::run::Results;
 use crate::stats::Stats;
@@ -161,16 +162,23 @@ pub(crate) fn checks(results: &Results) -> Vec<Check> {
         Some(0.8),
         ">= 0.8".to_owned(),
     ));
-    let live = expiry
-        .live
-        .as_ref()
-        .map(|live| live.sweeping.ms(0.99) / live.quiet.ms(0.99).max(0.001));
-    checks.push(Check {
-        what: "live p99 during a sweep / without",
-        value: live,
-        target: "<= 1.5".to_owned(),
-        pass: live.map(|ratio| ratio <= 1.5),
-    });
+    let half: fn(&Live) -> &(Stats, Stats) = |live| &live.half;
+    let saturated: fn(&Live) -> &(Stats, Stats) = |live| &live.saturated;
+    for (what, pair) in [
+        ("live p99 during a sweep / without, half load", half),
+        ("live p99 during a sweep / without, saturated", saturated),
+    ] {
+        let ratio = expiry.live.as_ref().map(|live| {
+            let (quiet, sweeping) = pair(live);
+            sweeping.ms(0.99) / quiet.ms(0.99).max(0.001)
+        });
+        checks.push(Check {
+            what,
+            value: ratio,
+            target: "<= 1.5".to_owned(),
+            pass: ratio.map(|ratio| ratio <= 1.5),
+        });
+    }
     checks
 }
 
@@ -479,23 +487,47 @@ pub(crate) fn markdown(results: &Results) -> String {
             o.connections
         );
         let _ = writeln!(md, "|---|---:|---:|---:|---:|");
-        for (name, stats) in [
-            ("no sweep", &live.quiet),
-            ("during a sweep at the default pace", &live.sweeping),
+        let during = if o.sweep_pace.is_some() {
+            "during a sweep at the pace below"
+        } else {
+            "during a sweep at the default pace"
+        };
+        let half = format!("at half that rate ({:.0}/s)", live.rate);
+        for (load, (quiet, sweeping)) in [
+            ("as fast as it goes", &live.saturated),
+            (half.as_str(), &live.half),
         ] {
-            let _ = writeln!(
-                md,
-                "| {name} | {:.0} | {:.2} | {:.2} | {:.2} |",
-                stats.rate(),
-                stats.ms(0.5),
-                stats.ms(0.99),
-                stats.ms(0.999)
-            );
+            for (name, stats) in [("no sweep", quiet), (during, sweeping)] {
+                let _ = writeln!(
+                    md,
+                    "| {load}, {name} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                    stats.rate(),
+                    stats.ms(0.5),
+                    stats.ms(0.99),
+                    stats.ms(0.999)
+                );
+            }
         }
         let _ = writeln!(
             md,
-            "\nTwo rounds each, alternating; the task (`Expiry::new(pool).spawn()`: batches \
-             of 1000, 20 ms apart) deleted {} expired keys while the load ran.",
+            "\nTwo rounds each, alternating; the task (`Expiry::new(pool){}.spawn()`: \
+             batches of {}, {} ms apart) deleted {} expired keys while the loads ran. As \
+             fast as it goes, the closed loop leaves no CPU idle, so any background work \
+             shows in its tail; at half the rate (an open loop: requests are sent on a \
+             schedule and latency counts from the time each was due) there is room, as \
+             on a server that is not saturated.",
+            match o.sweep_pace {
+                Some((rows, pause)) => format!(
+                    ".batch_size({rows}).pause(Duration::from_millis({}))",
+                    pause.as_millis()
+                ),
+                None => String::new(),
+            },
+            o.sweep_pace
+                .map_or(idem::Expiry::DEFAULT_BATCH_SIZE, |(rows, _)| rows),
+            o.sweep_pace
+                .map_or(idem::Expiry::DEFAULT_PAUSE, |(_, pause)| pause)
+                .as_millis(),
             live.rows_during
         );
     }
