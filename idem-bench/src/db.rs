@@ -5,43 +5,13 @@ use idem_testkit::TestDb;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Executor};
 
-/// idem's statements for one request, as `idem-runtime/src/store/postgres/mod.rs`
-/// sends them with the default `claim_wait` of 1 s.
-///
-/// A copy, because the runtime keeps its SQL private (house rule 8: the runtime owns its
-/// SQL in one place). If the runtime's statements change, change these with them, or the
-/// floor measures yesterday's protocol.
+/// idem's statements for one request, the very ones the runtime sends (it exports them
+/// for this floor only), and the row its claim returns.
 pub(crate) mod protocol {
-    /// `begin_statement(1000)`: BEGIN, the saved lock timeout, the claim's lock timeout.
-    pub(crate) const BEGIN: &str = "BEGIN; \
-         SELECT set_config('idem.outer_lock_timeout', current_setting('lock_timeout'), true); \
-         SET LOCAL lock_timeout = 1000";
+    pub(crate) use idem::__private::postgres_sql::{CLAIM, COMPLETE};
 
-    /// `CLAIM`.
-    pub(crate) const CLAIM: &str = "\
-WITH ins AS (
-    INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at)
-    VALUES ($1, $2, $3, $4, $5, now() + $6)
-    ON CONFLICT (scope, idem_key) DO NOTHING
-    RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true)
-)
-SELECT true AS claimed, false AS expired, NULL::bytea AS request_hash, NULL::text AS method,
-       NULL::text AS path, NULL::text AS state, NULL::smallint AS response_status,
-       NULL::bytea AS response_headers, NULL::bytea AS response_body
-  FROM ins
-UNION ALL
-SELECT false, k.expires_at <= now(), k.request_hash, k.method, k.path, k.state,
-       k.response_status, k.response_headers, k.response_body
-  FROM idem_keys k
- WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)";
-
-    /// `COMPLETE`.
-    pub(crate) const COMPLETE: &str = "\
-UPDATE idem_keys
-   SET state = 'completed', response_status = $3, response_headers = $4,
-       response_body = $5, locked_until = NULL
- WHERE scope = $1 AND idem_key = $2
-RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
+    /// The runtime's default `claim_wait` in ms, bound as the claim's $7.
+    pub(crate) const CLAIM_WAIT_MS: i64 = 1000;
 
     /// The row a claim returns, as the runtime decodes it.
     pub(crate) type KeyRow = (

@@ -20,7 +20,7 @@ use crate::stats::Stats;
 pub(crate) enum Floor {
     /// The insert, autocommit: one round trip.
     Bare,
-    /// idem's first execution: BEGIN (with the lock timeouts), the claim, the insert,
+    /// idem's first execution: BEGIN, the claim (which sets the lock timeouts), the insert,
     /// the completion, COMMIT: five round trips.
     Protocol,
     /// The hand-written baseline's first execution, also five round trips.
@@ -207,7 +207,7 @@ pub(crate) async fn protocol_once(
     steps: &mut Steps,
 ) -> sqlx::Result<(Duration, bool)> {
     let scope = account.0.to_string();
-    let mut tx = step(steps, 0, conn.begin_with(protocol::BEGIN)).await?;
+    let mut tx = step(steps, 0, conn.begin()).await?;
     let row: Option<protocol::KeyRow> = step(
         steps,
         1,
@@ -220,6 +220,7 @@ pub(crate) async fn protocol_once(
             .bind("POST")
             .bind("/idem/orders")
             .bind(Duration::from_secs(24 * 3600))
+            .bind(protocol::CLAIM_WAIT_MS)
             .fetch_optional(&mut *tx),
     )
     .await?;

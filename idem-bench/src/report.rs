@@ -269,9 +269,9 @@ pub(crate) fn markdown(results: &Results) -> String {
         results.server_workers,
         results.server_pool,
         if o.acquire_ping {
-            ""
+            ", sqlx's ping before each acquire"
         } else {
-            " without the ping before each acquire"
+            ", no ping before each acquire (the README's advice)"
         },
         results.took.as_secs_f64()
     );

@@ -160,7 +160,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         // Every connection up front, so the first measured requests do not pay for them.
         .min_connections(args.pool)
         .acquire_timeout(Duration::from_secs(30))
-        // sqlx's default pings every connection it hands out; `--no-acquire-ping` shows
+        // sqlx's default pings every connection it hands out; `--acquire-ping` shows
         // what that round trip costs (it also pings every connection given back).
         .test_before_acquire(args.acquire_ping)
         .connect(&args.url)

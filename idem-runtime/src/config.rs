@@ -38,7 +38,6 @@ struct Settings {
     max_request_bytes: usize,
     max_stored_bytes: usize,
     replay_headers: Vec<HeaderName>,
-    begin_sql: Arc<str>,
 }
 
 /// Headers that carry credentials or per-connection state; never stored or replayed.
@@ -74,7 +73,6 @@ impl Idem<Postgres> {
                     header::ETAG,
                     header::LAST_MODIFIED,
                 ],
-                begin_sql: crate::store::postgres::begin_statement(claim_wait.as_millis()).into(),
             }),
         }
     }
@@ -95,7 +93,6 @@ impl Idem<Postgres> {
         );
         let settings = Arc::make_mut(&mut self.settings);
         settings.claim_wait = wait;
-        settings.begin_sql = crate::store::postgres::begin_statement(wait.as_millis()).into();
         self
     }
 }
@@ -154,8 +151,8 @@ impl<DB: Backend> Idem<DB> {
         &self.settings.replay_headers
     }
 
-    pub(crate) fn begin_sql(&self) -> Arc<str> {
-        Arc::clone(&self.settings.begin_sql)
+    pub(crate) fn claim_wait_time(&self) -> Duration {
+        self.settings.claim_wait
     }
 
     /// Finds the `Idem` registered with `App::app_data`, plain or in `web::Data`.

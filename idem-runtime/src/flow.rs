@@ -42,7 +42,12 @@ pub(crate) struct Identity<'a> {
 }
 
 impl Identity<'_> {
-    pub(crate) fn claim<'a>(&'a self, scope: &'a str, retention: Duration) -> ClaimRequest<'a> {
+    pub(crate) fn claim<'a>(
+        &'a self,
+        scope: &'a str,
+        retention: Duration,
+        claim_wait: Duration,
+    ) -> ClaimRequest<'a> {
         ClaimRequest {
             scope,
             key: self.key.as_str(),
@@ -50,6 +55,7 @@ impl Identity<'_> {
             method: self.method,
             path: self.path,
             retention,
+            claim_wait,
         }
     }
 }
@@ -194,7 +200,7 @@ impl<DB: Backend> Prepared<DB> {
             Ok(identity) => identity,
             Err(answer) => return answer,
         };
-        let claim = identity.claim(scope, self.policy.retention());
+        let claim = identity.claim(scope, self.policy.retention(), self.idem.claim_wait_time());
 
         let mut txn = match DB::begin(&self.idem).await {
             Ok(txn) => txn,
@@ -203,8 +209,10 @@ impl<DB: Backend> Prepared<DB> {
         match DB::claim(&mut txn, &claim).await {
             Ok(Claim::Claimed) => {}
             Ok(Claim::Existing(existing)) => {
-                // Nothing was written; ending the transaction frees the connection now.
-                let _ = txn.rollback().await;
+                // Nothing was written. Dropping the transaction queues its ROLLBACK, which
+                // sqlx sends with the ping it makes when the connection returns to the
+                // pool: one round trip fewer on the request's path.
+                drop(txn);
                 return answer_existing(existing, &claim);
             }
             Ok(Claim::Vanished) => return (in_progress(), "in_progress"),

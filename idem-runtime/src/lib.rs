@@ -48,6 +48,14 @@ pub mod __private {
     pub use actix_web::{HttpRequest, HttpResponse};
     pub use inventory;
 
+    /// The single-transaction form's statements on PostgreSQL, for idem-bench's floor,
+    /// which must measure exactly what the runtime sends: `CLAIM` binds $1..$6 as the
+    /// key row's scope, key, fingerprint, method, path and retention and $7 the claim's
+    /// wait in ms; `COMPLETE` binds scope, key, status, headers and body.
+    pub mod postgres_sql {
+        pub use crate::store::postgres::{CLAIM, COMPLETE};
+    }
+
     /// The scope value of the parameter named by `scope = ..`.
     pub fn scope_key<S: crate::ScopeKey + ?Sized>(scope: &S) -> String {
         scope.scope_key().into_owned()

@@ -678,7 +678,7 @@ impl<DB: Backend> Prepared<DB> {
             Ok(identity) => identity,
             Err(answer) => return answer,
         };
-        let claim = identity.claim(scope, self.policy.retention());
+        let claim = identity.claim(scope, self.policy.retention(), self.idem.claim_wait_time());
 
         // The claim commits on its own, before any phase: the lease is what keeps
         // duplicates out from here on, not an open transaction.

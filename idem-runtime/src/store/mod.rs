@@ -17,7 +17,7 @@ pub(crate) mod postgres;
 ///
 /// The trait is sealed: its methods are idem's storage protocol, not an extension point.
 pub trait Backend: sqlx::Database + sealed::Sealed {
-    /// Opens the request's transaction, with the claim's lock timeout in force.
+    /// Opens the request's transaction.
     #[doc(hidden)]
     fn begin(
         idem: &Idem<Self>,
@@ -175,6 +175,8 @@ pub struct ClaimRequest<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub retention: Duration,
+    /// How long the claim may wait for another request holding the key.
+    pub claim_wait: Duration,
 }
 
 /// What a claim found.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::query::QueryAs;
-use sqlx::{AssertSqlSafe, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
 use super::{
     AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
@@ -18,16 +18,24 @@ use super::{
 use crate::Idem;
 use crate::fingerprint::Fingerprint;
 
-/// Saves the application's `lock_timeout` in a transaction-local setting and shortens it
-/// for the claim, in the same round trip as `BEGIN`. The saved value doubles as a marker
-/// that idem's transaction is still open: it disappears if the handler commits.
-pub(crate) fn begin_statement(claim_wait_ms: u128) -> String {
-    format!(
-        "BEGIN; \
-         SELECT set_config('idem.outer_lock_timeout', current_setting('lock_timeout'), true); \
-         SET LOCAL lock_timeout = {claim_wait_ms}"
-    )
+/// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
+/// it to the claim's wait. Both happen inside the prepared claim, before its insert can
+/// wait for another request's row, rather than in a statement of their own after
+/// `BEGIN`: that one was parsed and planned on every request. The saved value doubles
+/// as a marker that idem's transaction is still open: it disappears if the handler
+/// commits. The target list is evaluated left to right, so the save reads the
+/// application's value before the second call replaces it.
+macro_rules! claim_lock_timeout {
+    ($param:literal) => {
+        concat!(
+            "SELECT set_config('idem.outer_lock_timeout', current_setting('lock_timeout'), true), ",
+            "set_config('lock_timeout', (",
+            $param,
+            "::bigint)::text, true)"
+        )
+    };
 }
+pub(super) use claim_lock_timeout;
 
 /// Inserts the key, or returns the row that holds it. `DO NOTHING` (rather than
 /// `DO UPDATE`) takes no row lock on an existing key, so concurrent replays of one key
@@ -36,10 +44,13 @@ pub(crate) fn begin_statement(claim_wait_ms: u128) -> String {
 ///
 /// A row that another transaction committed while this insert waited for it is not in
 /// this statement's snapshot; the caller then reads it with `SELECT_EXISTING`.
-const CLAIM: &str = "\
-WITH ins AS (
+pub const CLAIM: &str = concat!(
+    "WITH cfg AS MATERIALIZED (",
+    claim_lock_timeout!("$7"),
+    "),
+ins AS (
     INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at)
-    VALUES ($1, $2, $3, $4, $5, now() + $6)
+    SELECT $1, $2, $3, $4, $5, now() + $6 FROM cfg
     ON CONFLICT (scope, idem_key) DO NOTHING
     RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true)
 )
@@ -51,7 +62,8 @@ UNION ALL
 SELECT false, k.expires_at <= now(), k.request_hash, k.method, k.path, k.state,
        k.response_status, k.response_headers, k.response_body
   FROM idem_keys k
- WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)";
+ WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)"
+);
 
 const SELECT_EXISTING: &str = "\
 SELECT false, expires_at <= now(), request_hash, method, path, state,
@@ -83,7 +95,7 @@ SELECT set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), tr
 
 /// The RETURNING value is false when the transaction-local marker set at `BEGIN` is
 /// gone, which means the handler ended idem's transaction and this ran on its own.
-const COMPLETE: &str = "\
+pub const COMPLETE: &str = "\
 UPDATE idem_keys
    SET state = 'completed', response_status = $3, response_headers = $4,
        response_body = $5, locked_until = NULL
@@ -117,13 +129,12 @@ fn sqlstate_is(error: &sqlx::Error, code: &str) -> bool {
 
 impl Backend for Postgres {
     async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        idem.pool()
-            .begin_with(AssertSqlSafe(idem.begin_sql()))
-            .await
+        idem.pool().begin().await
     }
 
     async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
         let row = bind_claim(sqlx::query_as::<_, KeyRow>(CLAIM), req)
+            .bind(claim_wait_ms(req))
             .fetch_optional(&mut *conn)
             .await?;
         match row {
@@ -279,6 +290,15 @@ async fn reclaim_expired(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> sql
         .fetch_optional(conn)
         .await?;
     Ok(reclaimed.is_some())
+}
+
+/// The claim's lock timeout, in the milliseconds PostgreSQL reads a bare number as.
+fn claim_wait_ms(req: &ClaimRequest<'_>) -> i64 {
+    // `Idem::claim_wait` refuses zero, which PostgreSQL would read as "wait forever";
+    // the setting's largest value is i32::MAX ms (24 days).
+    i64::try_from(req.claim_wait.as_millis())
+        .unwrap_or(i64::MAX)
+        .clamp(1, i64::from(i32::MAX))
 }
 
 /// Binds $1..$6, shared by the claims and the reclaims of both forms.

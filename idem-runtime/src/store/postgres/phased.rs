@@ -18,8 +18,11 @@ use crate::store::{AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClai
 /// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
 /// fencing token doubles as its generation. As in the single-transaction claim, a row
 /// committed while this insert waited is not in its snapshot and is read again after.
-const CLAIM: &str = "\
-WITH t AS (SELECT nextval('idem_attempts') AS v),
+const CLAIM: &str = concat!(
+    "WITH cfg AS MATERIALIZED (",
+    super::claim_lock_timeout!("$8"),
+    "),
+t AS (SELECT nextval('idem_attempts') AS v FROM cfg),
 ins AS (
     INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at,
                            locked_until, generation, fencing_token)
@@ -37,7 +40,8 @@ SELECT false, k.generation, k.fencing_token, k.expires_at <= now(),
        coalesce(k.locked_until <= clock_timestamp(), true), k.request_hash, k.method,
        k.path, k.state, k.response_status, k.response_headers, k.response_body
   FROM idem_keys k
- WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)";
+ WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)"
+);
 
 const SELECT_EXISTING: &str = "\
 SELECT false AS claimed, generation, fencing_token, expires_at <= now() AS expired,
@@ -183,6 +187,7 @@ pub(super) async fn claim(
     lease: Duration,
 ) -> sqlx::Result<PhasedClaim> {
     let row = bind_request(sqlx::query_as::<_, Row>(CLAIM), req, lease)
+        .bind(super::claim_wait_ms(req))
         .fetch_optional(&mut *conn)
         .await?;
     match row {

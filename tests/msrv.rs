@@ -1,0 +1,62 @@
+//! The declared minimum Rust version (`rust-version` in the workspace's Cargo.toml) is
+//! a promise to users: it must be at least every dependency's own minimum, or a user on
+//! the declared version gets a build error from a dependency instead of from cargo's
+//! version check. Only one toolchain is installed where CI runs, so the promise is kept
+//! by reading the lock file's packages rather than by building on the old compiler;
+//! clippy's `incompatible_msrv` lint checks idem's own use of the standard library.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn version(text: &str) -> Vec<u64> {
+    text.split('.')
+        .map(|part| part.parse().expect("a rust-version is numbers and dots"))
+        .collect()
+}
+
+#[test]
+fn declared_rust_version_covers_every_dependency() {
+    let output = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata is JSON");
+    let packages = metadata["packages"].as_array().expect("a package list");
+    let members: Vec<&Value> = metadata["workspace_members"]
+        .as_array()
+        .expect("a member list")
+        .iter()
+        .collect();
+    let is_member = |package: &Value| members.contains(&&package["id"]);
+
+    let ours = packages
+        .iter()
+        .find(|package| package["name"] == "idem")
+        .and_then(|package| package["rust_version"].as_str())
+        .expect("the idem package declares a rust-version");
+    let too_new: Vec<String> = packages
+        .iter()
+        .filter(|package| !is_member(package))
+        .filter_map(|package| {
+            let needed = package["rust_version"].as_str()?;
+            (version(needed) > version(ours)).then(|| {
+                format!(
+                    "{} {} needs Rust {needed}",
+                    package["name"], package["version"]
+                )
+            })
+        })
+        .collect();
+    assert!(
+        too_new.is_empty(),
+        "rust-version = {ours} in Cargo.toml is older than what these dependencies need; \
+         raise it: {too_new:?}"
+    );
+}
