@@ -163,7 +163,10 @@ async fn plain_sweep(pool: &PgPool) -> Result<Sweep, String> {
 /// The task's own sweep, with no pause between batches.
 async fn idem_sweep(pool: &PgPool) -> Result<Sweep, String> {
     let started = Instant::now();
+    // The plain loop's batch size: the comparison is of the same DELETE, sent by idem's
+    // task or by a bare loop (the task's default batch is smaller, for live latency).
     let report = Expiry::new(pool.clone())
+        .batch_size(1000)
         .pause(Duration::ZERO)
         .sweep_once()
         .await
@@ -221,7 +224,7 @@ async fn live(
         let mut sweeping = Stats::default();
         for _ in 0..2 {
             quiet.add_round(&run().await?);
-            // The defaults (batches of 1000, 20 ms apart) unless `--sweep-pace` says
+            // The task's defaults (batches of 100, 5 ms apart) unless `--sweep-pace` says
             // otherwise; the first sweep starts at once.
             let expiry = match options.sweep_pace {
                 Some((rows, pause)) => Expiry::new(pool.clone()).batch_size(rows).pause(pause),

@@ -26,7 +26,7 @@ options:
   --only A,B,...       run only these scenarios of the table (names as printed)
   --skip PART,...      leave out parts: table (the scenarios), scale, memory, expiry
   --sweep-pace B,MS    the live-load-during-a-sweep test sweeps B rows per batch, MS ms
-                       apart, instead of the expiry task's defaults (1000, 20)
+                       apart, instead of the expiry task's defaults (100, 5)
   --acquire-ping       the server's pool pings a connection before handing it out
                        (sqlx's default test_before_acquire; off by default, as the
                        README recommends for the pool given to idem)

@@ -70,8 +70,8 @@ struct ExpireArgs {
     #[arg(long, value_name = "N", default_value_t = Expiry::DEFAULT_BATCH_SIZE,
           value_parser = clap::value_parser!(u32).range(1..))]
     batch_size: u32,
-    /// Pause between batches, e.g. 20ms or 1s
-    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = show::parse_duration)]
+    /// Pause between batches, e.g. 5ms or 1s
+    #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = show::parse_duration)]
     pause: Duration,
 }
 

@@ -70,15 +70,17 @@ impl fmt::Debug for Expiry {
 
 impl Expiry {
     /// Rows per batch unless [`batch_size`](Self::batch_size) says otherwise. A batch of
-    /// 1000 takes some 15 to 30 ms, so it holds its row locks only that long, and it
-    /// deletes about as fast as larger ones: on 100 000 expired keys, batches of 100 did
-    /// 13 000 to 20 000 rows/s, 1000 did 38 000 and 5000 did 60 000 while holding their
-    /// locks 130 to 150 ms per batch (the README has the measurements).
+    /// 100 is a few milliseconds of one backend's work, short enough that live requests
+    /// arriving meanwhile barely wait: with batches of 1000 (20 ms apart) live p99 rose
+    /// 1.7 to 2.1 times during a sweep on a 2-core machine, with 100 (5 ms apart) 1.3 to
+    /// 1.5 times (BENCHMARKS.md). Larger batches delete faster (on 100 000 expired keys at
+    /// full speed: 100 did 13 000 to 20 000 rows/s, 1000 did 38 000, 5000 did 60 000;
+    /// the README has the measurements), so raise it to clear a backlog off-peak.
     ///
     /// ```
-    /// assert_eq!(idem_runtime::Expiry::DEFAULT_BATCH_SIZE, 1000);
+    /// assert_eq!(idem_runtime::Expiry::DEFAULT_BATCH_SIZE, 100);
     /// ```
-    pub const DEFAULT_BATCH_SIZE: u32 = 1000;
+    pub const DEFAULT_BATCH_SIZE: u32 = 100;
 
     /// Time between sweeps unless [`interval`](Self::interval) says otherwise: keys live
     /// 24 hours at least, so a minute late is nothing, and an idle sweep costs one index
@@ -90,15 +92,16 @@ impl Expiry {
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
     /// Pause between batches unless [`pause`](Self::pause) says otherwise: about as long
-    /// as a batch of 1000 takes, so a sweep with a large backlog keeps one connection
-    /// busy about half the time, and still deletes some 25 000 rows/s.
+    /// as a batch of 100 takes, so a sweep with a large backlog keeps one connection
+    /// busy about half the time, and still deletes some 12 000 rows/s (a billion keys a
+    /// day).
     ///
     /// ```
-    /// assert_eq!(idem_runtime::Expiry::DEFAULT_PAUSE.as_millis(), 20);
+    /// assert_eq!(idem_runtime::Expiry::DEFAULT_PAUSE.as_millis(), 5);
     /// ```
-    pub const DEFAULT_PAUSE: Duration = Duration::from_millis(20);
+    pub const DEFAULT_PAUSE: Duration = Duration::from_millis(5);
 
-    /// An expiry task on `pool`: a sweep every 60 s, batches of 1000 rows, 20 ms between
+    /// An expiry task on `pool`: a sweep every 60 s, batches of 100 rows, 5 ms between
     /// batches.
     ///
     /// ```
@@ -129,7 +132,7 @@ impl Expiry {
         self
     }
 
-    /// Most rows one batch deletes (default 1000). Each batch is a transaction of its
+    /// Most rows one batch deletes (default 100). Each batch is a transaction of its
     /// own that holds its rows' locks until it ends: smaller batches hold them shorter,
     /// larger ones make fewer round trips.
     ///
@@ -149,7 +152,7 @@ impl Expiry {
         self
     }
 
-    /// Pause between two batches of one sweep (default 20 ms), so a large backlog is
+    /// Pause between two batches of one sweep (default 5 ms), so a large backlog is
     /// worked off without starving the application's own queries.
     ///
     /// ```

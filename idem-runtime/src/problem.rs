@@ -20,6 +20,10 @@
 //! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
 //! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed; `Retry-After: 1` |
 //!
+//! In the phased form "nothing was committed" means the failed phase and the response:
+//! phases that committed before the failure stay recorded, and a retry with the same key
+//! resumes after them instead of running them again.
+//!
 //! # idempotency-key-missing
 //! Send an `Idempotency-Key` header, generated once per logical operation and reused on
 //! every retry of it.
