@@ -79,6 +79,54 @@
 //! run on `&mut *tx`; a helper taking `&mut sqlx::PgConnection` accepts `&mut tx`.
 //! Passing `&mut tx` straight to `fetch_one` does not compile: `Tx` is not itself an
 //! sqlx executor, the connection it dereferences to is.
+//!
+//! # Choosing a mechanism
+//!
+//! A key table is the tool for when nothing simpler fits. Pick the first row that
+//! matches the operation:
+//!
+//! | the operation | what makes it idempotent | idem's part |
+//! |---|---|---|
+//! | the client can name the resource (it generates the order's id) | `PUT /orders/{id}` or a unique constraint on the id; a repeat finds the row | none needed |
+//! | the business already has a unique fact (invoice number, provider's event id) | a unique constraint on it; on conflict, answer with the existing record | none needed |
+//! | a `POST` that creates or charges, and the client cannot name the result | an `Idempotency-Key` and a stored response | `#[idempotent]` with a [`Tx`] parameter |
+//! | several steps, some of them calls to other services | a key, a recovery point per step, and a key derived for each provider | `#[idempotent(lease = ..)]` with [`Phases`] and [`Phases::derived_key`] |
+//! | consuming messages or webhooks | a dedupe row per message id, in the consumer's transaction | the [`Relay`] delivers idem's outbox at least once; consumers dedupe by [`Message::id`] |
+//!
+//! # Attribute arguments
+//!
+//! | argument | required | meaning |
+//! |---|---|---|
+//! | `scope = <parameter>` | yes | the handler parameter that identifies the caller; its type implements [`ScopeKey`] |
+//! | `retention = "<duration>"` | no (`"24h"`) | how long keys are kept and replayed (`"36h"`, `"7d"`); at least 24 hours |
+//! | `lease = "<duration>"` | with a [`Phases`] parameter, and only then | how long an attempt holds the key before a retry may take it over (`"30s"`); at least 1 s, at most the retention |
+//!
+//! Every mistake is a compile error at the token to change: an unknown argument, a
+//! scope that names no parameter, a retention under 24 hours, a lease without phases,
+//! both a `Tx` and a `Phases` parameter, a `GET` route.
+//!
+//! # Moving from a hand-written implementation
+//!
+//! A service that already claims keys by hand (an `INSERT .. ON CONFLICT` into its own
+//! table, then the business write, then an `UPDATE` with the response) moves in four
+//! steps:
+//!
+//! 1. Call [`migrate`] at startup; idem's tables live beside yours, and its history in
+//!    [`MIGRATIONS_TABLE`], never in `_sqlx_migrations`.
+//! 2. Replace the handler's claim, replay and record code with `#[idempotent(scope =
+//!    ..)]`, and its `pool.begin()` with a `tx: idem::Tx` parameter. Business statements
+//!    stay as they are, run on `&mut *tx`.
+//! 3. Keep the old table readable for one retention period: a retry of a request the old
+//!    code completed carries a key idem has not seen, and would run again. Either look
+//!    the key up in the old table first during that window (answering its stored
+//!    response), or switch over at a quiet moment and accept that risk for requests in
+//!    flight.
+//! 4. Drop the old table and its expiry job once the retention has passed; start
+//!    [`Expiry`] for idem's.
+//!
+//! What changes for clients: answers idem gives itself are `application/problem+json`
+//! with the `type` URIs of [`problem`], a replay carries `Idempotent-Replayed: true`, and
+//! a key reused with another body is a 422 rather than a replay of the old answer.
 
 //!
 //! # The phased form
