@@ -120,6 +120,10 @@ fn generate(model: &Model) -> TokenStream {
         .route
         .as_ref()
         .map(|(method, path)| quote!(.with_route(#method, #path)));
+    let with_lease = model.lease.map(|lease| {
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        quote!(.with_lease(#lease_ms))
+    });
 
     let backend = match model.params.iter().find(|p| p.role != Role::Extractor) {
         Some(param) if param.role == Role::Tx => {
@@ -214,7 +218,7 @@ fn generate(model: &Model) -> TokenStream {
                 ::core::module_path!(),
                 #scope_name,
                 #retention_secs,
-            )#with_route;
+            )#with_route #with_lease;
             ::idem::__private::inventory::submit! {
                 ::idem::__private::Registration(&#policy)
             }

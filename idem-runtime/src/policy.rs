@@ -21,6 +21,7 @@ pub struct Policy {
     scope: &'static str,
     retention_secs: u64,
     route: Option<(&'static str, &'static str)>,
+    lease_ms: Option<u64>,
 }
 
 impl Policy {
@@ -38,6 +39,24 @@ impl Policy {
             scope,
             retention_secs,
             route: None,
+            lease_ms: None,
+        }
+    }
+
+    /// The same policy in the phased form, with its `lease` in milliseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem_runtime::Policy;
+    ///
+    /// static POLICY: Policy =
+    ///     Policy::new("create_payment", "shop::payments", "account", 86_400).with_lease(30_000);
+    /// assert_eq!(POLICY.lease(), Some(Duration::from_secs(30)));
+    /// ```
+    pub const fn with_lease(self, lease_ms: u64) -> Self {
+        Self {
+            lease_ms: Some(lease_ms),
+            ..self
         }
     }
 
@@ -73,5 +92,11 @@ impl Policy {
     /// How long a completed key is kept and replayed.
     pub fn retention(&self) -> Duration {
         Duration::from_secs(self.retention_secs)
+    }
+
+    /// The phased form's lease: how long an attempt holds the key before a retry may
+    /// take it over. `None` for a single-transaction handler.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease_ms.map(Duration::from_millis)
     }
 }
