@@ -9,10 +9,20 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn version(text: &str) -> Vec<u64> {
-    text.split('.')
-        .map(|part| part.parse().expect("a rust-version is numbers and dots"))
-        .collect()
+/// `1.94` and `1.94.0` are the same version: missing parts count as zero.
+fn version(text: &str) -> [u64; 3] {
+    let mut parts = [0; 3];
+    for (slot, part) in parts.iter_mut().zip(text.split('.')) {
+        *slot = part.parse().expect("a rust-version is numbers and dots");
+    }
+    parts
+}
+
+#[test]
+fn versions_compare_by_number_with_missing_parts_as_zero() {
+    assert_eq!(version("1.94"), version("1.94.0"));
+    assert!(version("1.94.1") > version("1.94"));
+    assert!(version("1.100") > version("1.99.9"));
 }
 
 #[test]
@@ -49,7 +59,8 @@ fn declared_rust_version_covers_every_dependency() {
             (version(needed) > version(ours)).then(|| {
                 format!(
                     "{} {} needs Rust {needed}",
-                    package["name"], package["version"]
+                    package["name"].as_str().unwrap_or_default(),
+                    package["version"].as_str().unwrap_or_default()
                 )
             })
         })
