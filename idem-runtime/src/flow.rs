@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
+use crate::metrics::timed;
 use crate::policy::Policy;
 use crate::problem::ProblemKind;
 use crate::store::{Backend, Claim, ClaimRequest, Completion, ExistingKey, StoredResponse};
@@ -139,11 +140,13 @@ impl<DB: Backend> Prepared<DB> {
             handler = self.policy.handler(),
             outcome = tracing::field::Empty,
         );
+        let policy = self.policy;
         let (response, outcome) = self
             .run_inner(scope, handler)
             .instrument(span.clone())
             .await;
         span.record("outcome", outcome);
+        crate::metrics::outcome(policy, outcome);
         response
     }
 
@@ -196,11 +199,11 @@ impl<DB: Backend> Prepared<DB> {
         };
         let claim = identity.claim(scope, self.policy.retention());
 
-        let mut txn = match DB::begin(&self.idem).await {
+        let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
             Ok(txn) => txn,
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
-        match DB::claim(&mut txn, &claim).await {
+        match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
             Ok(Claim::Claimed) => {}
             Ok(Claim::Existing(existing)) => {
                 // Nothing was written; ending the transaction frees the connection now.
@@ -246,8 +249,14 @@ impl<DB: Backend> Prepared<DB> {
             headers: &stored_headers,
             body: &body_bytes,
         };
-        let outcome = match DB::complete(&mut txn, &claim, &stored).await {
-            Ok(Completion::Recorded) => match txn.commit().await {
+        let outcome = match timed(
+            self.policy,
+            "complete",
+            DB::complete(&mut txn, &claim, &stored),
+        )
+        .await
+        {
+            Ok(Completion::Recorded) => match timed(self.policy, "commit", txn.commit()).await {
                 Ok(()) => "executed",
                 Err(error) => return (storage_unavailable(&error), "storage_error"),
             },

@@ -9,6 +9,10 @@ mod expiry;
 mod fingerprint;
 mod flow;
 mod key;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod migrate;
 mod outbox;
 mod phased;
