@@ -14,6 +14,8 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
 mod migrate;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 mod outbox;
 mod phased;
 mod policy;
