@@ -15,6 +15,7 @@ use utoipa::OpenApi;
     responses(
         (status = 201, description = "The widget was created"),
         (status = 422, description = "The widget is not valid"),
+        (status = 503, description = "Try again later"),
     )
 )]
 #[idem::idempotent(scope = account, retention = "36h")]
@@ -106,6 +107,9 @@ fn idempotent_operations_document_the_key_its_retention_and_the_problems() {
         created["headers"]["Idempotent-Replayed"]["schema"]["enum"],
         json!(["true"])
     );
+
+    // A 5xx is never stored, so never replayed.
+    assert!(op["responses"]["503"].get("headers").is_none());
 
     let problem_ref = json!({ "$ref": "#/components/schemas/IdempotencyProblem" });
     for status in ["400", "409", "422"] {

@@ -24,6 +24,7 @@
 //! | the same key again, same request | the stored answer byte for byte, plus `Idempotent-Replayed: true` |
 //! | `GET /orders` | 200, the caller's orders as a JSON array, oldest first |
 //! | `GET /orders/{id}` | 200 with the order, or 404 `order-not-found` (also for another account's order) |
+//! | `GET /openapi.json` | 200, the OpenAPI document of `POST /orders` and `POST /payments`, with what idem adds to each (key header, retention, replay header, problems) |
 //! | `GET /metrics` | 200, idem's metrics (`idem_requests_total`, `idem_takeovers_total`, `idem_statement_duration_seconds`) in Prometheus text format; no `X-Account-Id` needed |
 //!
 //! The key contract and idem's own answers (400 missing or invalid key, 409 in progress,

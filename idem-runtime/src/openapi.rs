@@ -10,8 +10,8 @@
 //! - the idempotency policy the IETF draft asks a resource to publish, as the operation's
 //!   `x-idempotency` extension: the header, the scope parameter, the retention (ISO 8601
 //!   and seconds) and what the fingerprint covers; and a paragraph of its description;
-//! - the `Idempotent-Replayed: true` header on the responses the handler documents (a
-//!   replay carries any of them);
+//! - the `Idempotent-Replayed: true` header on the responses the handler documents,
+//!   except 5xx ones (a replay may carry any other; a 5xx is never stored);
 //! - the problem responses idem answers itself, `application/problem+json` with the
 //!   `IdempotencyProblem` schema: 400 (key missing or invalid), 409 (in progress, with
 //!   `Retry-After`) and 422 (key reused for a different request). A status the handler
@@ -216,8 +216,10 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
     }
 
     let replayed = replayed_header();
-    for response in operation.responses.responses.values_mut() {
-        if let RefOr::T(response) = response {
+    // A 5xx is never stored, so never replayed; any other answer of the handler may be.
+    let replayable = |status: &str| !status.starts_with('5');
+    for (status, response) in operation.responses.responses.iter_mut() {
+        if let (true, RefOr::T(response)) = (replayable(status), response) {
             response
                 .headers
                 .insert("Idempotent-Replayed".to_owned(), RefOr::T(replayed.clone()));
