@@ -136,6 +136,8 @@ pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,
 };
 
+#[cfg(feature = "encryption")]
+pub use idem_runtime::encryption;
 #[cfg(feature = "metrics")]
 pub use idem_runtime::metrics;
 #[cfg(feature = "openapi")]

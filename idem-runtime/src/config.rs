@@ -39,6 +39,7 @@ struct Settings {
     max_stored_bytes: usize,
     replay_headers: Vec<HeaderName>,
     begin_sql: Arc<str>,
+    keyring: crate::encryption::Slot,
 }
 
 /// Headers that carry credentials or per-connection state; never stored or replayed.
@@ -75,6 +76,7 @@ impl Idem<Postgres> {
                     header::LAST_MODIFIED,
                 ],
                 begin_sql: crate::store::postgres::begin_statement(claim_wait.as_millis()).into(),
+                keyring: Default::default(),
             }),
         }
     }
@@ -135,6 +137,27 @@ impl<DB: Backend> Idem<DB> {
             settings.replay_headers.push(name);
         }
         self
+    }
+
+    /// Encrypts stored response bodies and headers with `keyring` (feature `encryption`;
+    /// see [`encryption`](crate::encryption)). The current key seals, every key in the
+    /// keyring opens.
+    ///
+    /// ```
+    /// # fn app(pool: sqlx::PgPool) {
+    /// use idem_runtime::encryption::Keyring;
+    ///
+    /// let idem = idem_runtime::Idem::new(pool).encrypt_with(Keyring::new("k1", [0x42; 32]));
+    /// # }
+    /// ```
+    #[cfg(feature = "encryption")]
+    pub fn encrypt_with(mut self, keyring: crate::encryption::Keyring) -> Self {
+        Arc::make_mut(&mut self.settings).keyring = Some(Arc::new(keyring));
+        self
+    }
+
+    pub(crate) fn keyring(&self) -> &crate::encryption::Slot {
+        &self.settings.keyring
     }
 
     /// The pool idem was built with.

@@ -208,7 +208,10 @@ impl<DB: Backend> Prepared<DB> {
             Ok(Claim::Existing(existing)) => {
                 // Nothing was written; ending the transaction frees the connection now.
                 let _ = txn.rollback().await;
-                return answer_existing(existing, &claim);
+                return match crate::encryption::open(self.idem.keyring(), &claim, existing) {
+                    Ok(existing) => answer_existing(existing, &claim),
+                    Err(answer) => answer,
+                };
             }
             Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
             Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
@@ -244,10 +247,18 @@ impl<DB: Backend> Prepared<DB> {
             Err(answer) => return answer,
         };
         let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
+        let status = head.status().as_u16();
+        let (stored_headers, stored_body) = crate::encryption::seal(
+            self.idem.keyring(),
+            &claim,
+            status,
+            stored_headers,
+            &body_bytes,
+        );
         let stored = StoredResponse {
-            status: head.status().as_u16(),
+            status,
             headers: &stored_headers,
-            body: &body_bytes,
+            body: &stored_body,
         };
         let outcome = match timed(
             self.policy,

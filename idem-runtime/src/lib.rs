@@ -5,6 +5,11 @@
 //! with the attribute macro.
 
 mod config;
+#[cfg(feature = "encryption")]
+pub mod encryption;
+#[cfg(not(feature = "encryption"))]
+#[path = "encryption_off.rs"]
+mod encryption;
 mod expiry;
 mod fingerprint;
 mod flow;

@@ -28,6 +28,7 @@
 //! | `rolled_back` | the handler answered 5xx or ended the transaction itself; nothing kept |
 //! | `panicked` | the handler panicked |
 //! | `storage_error` | the key store failed |
+//! | `unreadable` | 500: a stored response does not decrypt (feature `encryption`) |
 //! | `resumable` | phased: the handler answered 5xx; its committed phases are kept |
 //! | `phase_failed` | phased: a phase failed in idem's part of it |
 //! | `taken_over` | phased: a retry took this attempt over; its response was not stored |

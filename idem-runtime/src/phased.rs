@@ -708,7 +708,10 @@ impl<DB: Backend> Prepared<DB> {
                 }
                 if key.completed || !lease_expired {
                     let _ = txn.rollback().await;
-                    return answer_existing(key, &claim);
+                    return match crate::encryption::open(self.idem.keyring(), &claim, key) {
+                        Ok(key) => answer_existing(key, &claim),
+                        Err(answer) => answer,
+                    };
                 }
                 let take_over = DB::take_over(&mut txn, &claim, fencing_token, lease);
                 match timed(self.policy, "take_over", take_over).await {
@@ -799,10 +802,18 @@ impl<DB: Backend> Prepared<DB> {
             }
         };
         let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
+        let status = head.status().as_u16();
+        let (stored_headers, stored_body) = crate::encryption::seal(
+            self.idem.keyring(),
+            &claim,
+            status,
+            stored_headers,
+            &body_bytes,
+        );
         let stored = StoredResponse {
-            status: head.status().as_u16(),
+            status,
             headers: &stored_headers,
-            body: &body_bytes,
+            body: &stored_body,
         };
         let completed = async {
             let mut conn = self.idem.pool().acquire().await?;
