@@ -122,6 +122,18 @@
 //! }
 //! ```
 
+//!
+//! # Optional features
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `metrics` | `idem::metrics`: requests by outcome and endpoint, takeovers and the time spent in idem's statements, through the `metrics` facade |
+//! | `openapi` | `idem::openapi::IdempotencyDocs`: a utoipa modifier that documents the key header, the retention policy, the replay header and the problem responses of every idempotent operation |
+//! | `encryption` | `idem::encryption::Keyring` and `Idem::encrypt_with`: stored responses encrypted at rest, with key rotation |
+//!
+//! Callers written in Rust can use the `idem-client` crate, a reqwest middleware that
+//! sends one key per logical request and retries it safely.
+
 pub use idem_macros::idempotent;
 pub use idem_runtime::{
     AgeCounts, BODY_PREVIEW_BYTES, Expiry, ExpiryHandle, ExpiryStats, InProgressKey, IndexSize,

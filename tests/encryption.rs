@@ -156,3 +156,33 @@ async fn rows_stored_before_encryption_was_turned_on_still_replay() {
         .await
         .assert_replay_of(&created);
 }
+
+/// A phased handler whose answer names a secret.
+#[idem::idempotent(scope = account, lease = "1s")]
+#[actix_web::post("/test/phased-secret")]
+async fn phased_secret(
+    account: support::app::Account,
+    phases: idem::Phases,
+) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+    let _ = account;
+    let n: i32 = phases
+        .run("step", async |_tx| Ok::<_, idem::PhaseError>(7))
+        .await?;
+    Ok(actix_web::HttpResponse::Created().body(format!("phased secret {n}")))
+}
+
+#[actix_web::test]
+async fn the_phased_form_stores_ciphertext_and_replays_plaintext() {
+    let env = Env::new().await;
+    let app = support::service_with(&env.idem().encrypt_with(first()), |cfg| {
+        cfg.service(phased_secret);
+    })
+    .await;
+    let request = || support::post("/test/phased-secret", ALICE, "phased-enc", "{}");
+    let created = app.call(request()).await;
+    assert_eq!(created.status, 201);
+    assert_eq!(&created.body[..], b"phased secret 7");
+    let (_, stored_body) = stored(&env, "phased-enc").await;
+    assert!(!contains(&stored_body, b"phased secret"));
+    app.call(request()).await.assert_replay_of(&created);
+}
