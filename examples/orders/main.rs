@@ -24,6 +24,8 @@
 //! | the same key again, same request | the stored answer byte for byte, plus `Idempotent-Replayed: true` |
 //! | `GET /orders` | 200, the caller's orders as a JSON array, oldest first |
 //! | `GET /orders/{id}` | 200 with the order, or 404 `order-not-found` (also for another account's order) |
+//! | `GET /openapi.json` | 200, the OpenAPI document of `POST /orders` and `POST /payments`, with what idem adds to each (key header, retention, replay header, problems) |
+//! | `GET /metrics` | 200, idem's metrics (`idem_requests_total`, `idem_takeovers_total`, `idem_statement_duration_seconds`) in Prometheus text format; no `X-Account-Id` needed |
 //!
 //! The key contract and idem's own answers (400 missing or invalid key, 409 in progress,
 //! 422 key reused) are those of the idem crate.
@@ -79,6 +81,7 @@
 //! before the phase commits. Any other value is refused at startup.
 
 mod app;
+mod observability;
 mod payments;
 
 use std::net::TcpListener;
@@ -152,12 +155,20 @@ async fn main() -> ExitCode {
     };
     let (local_addr, listener) = listener;
     let settings = payments::Settings::new(format!("http://{local_addr}"), crash_after);
+    let metrics = match observability::install_metrics() {
+        Ok(metrics) => metrics,
+        Err(error) => {
+            eprintln!("orders: cannot install the metrics recorder: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let relay = payments::spawn_relay(pool.clone());
     let idem = idem::Idem::new(pool);
     let server = HttpServer::new(move || {
         App::new()
             .configure(|cfg| app::configure(cfg, &idem))
             .configure(|cfg| payments::configure(cfg, settings.clone()))
+            .configure(|cfg| observability::configure(cfg, &metrics))
     });
     let server = match server.listen(listener) {
         Ok(server) => server,

@@ -38,6 +38,7 @@ struct Settings {
     max_request_bytes: usize,
     max_stored_bytes: usize,
     replay_headers: Vec<HeaderName>,
+    keyring: crate::encryption::Slot,
 }
 
 /// Headers that carry credentials or per-connection state; never stored or replayed.
@@ -73,6 +74,7 @@ impl Idem<Postgres> {
                     header::ETAG,
                     header::LAST_MODIFIED,
                 ],
+                keyring: Default::default(),
             }),
         }
     }
@@ -132,6 +134,27 @@ impl<DB: Backend> Idem<DB> {
             settings.replay_headers.push(name);
         }
         self
+    }
+
+    /// Encrypts stored response bodies and headers with `keyring` (feature `encryption`;
+    /// see [`encryption`](crate::encryption)). The current key seals, every key in the
+    /// keyring opens.
+    ///
+    /// ```
+    /// # fn app(pool: sqlx::PgPool) {
+    /// use idem_runtime::encryption::Keyring;
+    ///
+    /// let idem = idem_runtime::Idem::new(pool).encrypt_with(Keyring::new("k1", [0x42; 32]));
+    /// # }
+    /// ```
+    #[cfg(feature = "encryption")]
+    pub fn encrypt_with(mut self, keyring: crate::encryption::Keyring) -> Self {
+        Arc::make_mut(&mut self.settings).keyring = Some(Arc::new(keyring));
+        self
+    }
+
+    pub(crate) fn keyring(&self) -> &crate::encryption::Slot {
+        &self.settings.keyring
     }
 
     /// The pool idem was built with.

@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
+use crate::metrics::timed;
 use crate::policy::Policy;
 use crate::problem::ProblemKind;
 use crate::store::{Backend, Claim, ClaimRequest, Completion, ExistingKey, StoredResponse};
@@ -145,11 +146,13 @@ impl<DB: Backend> Prepared<DB> {
             handler = self.policy.handler(),
             outcome = tracing::field::Empty,
         );
+        let policy = self.policy;
         let (response, outcome) = self
             .run_inner(scope, handler)
             .instrument(span.clone())
             .await;
         span.record("outcome", outcome);
+        crate::metrics::outcome(policy, outcome);
         response
     }
 
@@ -202,18 +205,21 @@ impl<DB: Backend> Prepared<DB> {
         };
         let claim = identity.claim(scope, self.policy.retention(), self.idem.claim_wait_time());
 
-        let mut txn = match DB::begin(&self.idem).await {
+        let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
             Ok(txn) => txn,
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
-        match DB::claim(&mut txn, &claim).await {
+        match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
             Ok(Claim::Claimed) => {}
             Ok(Claim::Existing(existing)) => {
                 // Nothing was written. Dropping the transaction queues its ROLLBACK, which
                 // sqlx sends with the ping it makes when the connection returns to the
                 // pool: one round trip fewer on the request's path.
                 drop(txn);
-                return answer_existing(existing, &claim);
+                return match crate::encryption::open(self.idem.keyring(), &claim, existing) {
+                    Ok(existing) => answer_existing(existing, &claim),
+                    Err(answer) => answer,
+                };
             }
             Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
             Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
@@ -249,13 +255,27 @@ impl<DB: Backend> Prepared<DB> {
             Err(answer) => return answer,
         };
         let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
+        let status = head.status().as_u16();
+        let (stored_headers, stored_body) = crate::encryption::seal(
+            self.idem.keyring(),
+            &claim,
+            status,
+            stored_headers,
+            &body_bytes,
+        );
         let stored = StoredResponse {
-            status: head.status().as_u16(),
+            status,
             headers: &stored_headers,
-            body: &body_bytes,
+            body: &stored_body,
         };
-        let outcome = match DB::complete(&mut txn, &claim, &stored).await {
-            Ok(Completion::Recorded) => match txn.commit().await {
+        let outcome = match timed(
+            self.policy,
+            "complete",
+            DB::complete(&mut txn, &claim, &stored),
+        )
+        .await
+        {
+            Ok(Completion::Recorded) => match timed(self.policy, "commit", txn.commit()).await {
                 Ok(()) => "executed",
                 Err(error) => return (storage_unavailable(&error), "storage_error"),
             },

@@ -5,11 +5,22 @@
 //! with the attribute macro.
 
 mod config;
+#[cfg(feature = "encryption")]
+pub mod encryption;
+#[cfg(not(feature = "encryption"))]
+#[path = "encryption_off.rs"]
+mod encryption;
 mod expiry;
 mod fingerprint;
 mod flow;
 mod key;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod migrate;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 mod outbox;
 mod phased;
 mod policy;

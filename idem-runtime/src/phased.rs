@@ -26,6 +26,7 @@ use tracing::Instrument;
 use crate::flow::{
     Prepared, answer_existing, encode_headers, in_progress, mismatched, storage_unavailable,
 };
+use crate::metrics::timed;
 use crate::problem::ProblemKind;
 use crate::store::{AttemptRef, AttemptRow, Backend, PhaseRecord, PhasedClaim, StoredResponse};
 use crate::{Idem, Tx};
@@ -657,11 +658,13 @@ impl<DB: Backend> Prepared<DB> {
             handler = self.policy.handler(),
             outcome = tracing::field::Empty,
         );
+        let policy = self.policy;
         let (response, outcome) = self
             .run_phased_inner(scope, lease, handler)
             .instrument(span.clone())
             .await;
         span.record("outcome", outcome);
+        crate::metrics::outcome(policy, outcome);
         response
     }
 
@@ -682,11 +685,17 @@ impl<DB: Backend> Prepared<DB> {
 
         // The claim commits on its own, before any phase: the lease is what keeps
         // duplicates out from here on, not an open transaction.
-        let mut txn = match DB::begin(&self.idem).await {
+        let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
             Ok(txn) => txn,
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
-        let row = match DB::claim_phased(&mut txn, &claim, lease).await {
+        let row = match timed(
+            self.policy,
+            "claim",
+            DB::claim_phased(&mut txn, &claim, lease),
+        )
+        .await
+        {
             Ok(PhasedClaim::Claimed(row)) => row,
             Ok(PhasedClaim::Existing {
                 key,
@@ -699,10 +708,15 @@ impl<DB: Backend> Prepared<DB> {
                 }
                 if key.completed || !lease_expired {
                     let _ = txn.rollback().await;
-                    return answer_existing(key, &claim);
+                    return match crate::encryption::open(self.idem.keyring(), &claim, key) {
+                        Ok(key) => answer_existing(key, &claim),
+                        Err(answer) => answer,
+                    };
                 }
-                match DB::take_over(&mut txn, &claim, fencing_token, lease).await {
+                let take_over = DB::take_over(&mut txn, &claim, fencing_token, lease);
+                match timed(self.policy, "take_over", take_over).await {
                     Ok(Some(row)) => {
+                        crate::metrics::takeover(self.policy);
                         tracing::info!(
                             recovery_point = row.recovery_point.as_deref(),
                             "took over an attempt whose lease ran out"
@@ -721,7 +735,7 @@ impl<DB: Backend> Prepared<DB> {
             Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
-        if let Err(error) = txn.commit().await {
+        if let Err(error) = timed(self.policy, "commit", txn.commit()).await {
             return (storage_unavailable(&error), "storage_error");
         }
 
@@ -788,16 +802,24 @@ impl<DB: Backend> Prepared<DB> {
             }
         };
         let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
+        let status = head.status().as_u16();
+        let (stored_headers, stored_body) = crate::encryption::seal(
+            self.idem.keyring(),
+            &claim,
+            status,
+            stored_headers,
+            &body_bytes,
+        );
         let stored = StoredResponse {
-            status: head.status().as_u16(),
+            status,
             headers: &stored_headers,
-            body: &body_bytes,
+            body: &stored_body,
         };
         let completed = async {
             let mut conn = self.idem.pool().acquire().await?;
             DB::complete_phased(&mut conn, &attempt.fenced(), &stored).await
-        }
-        .await;
+        };
+        let completed = timed(self.policy, "complete", completed).await;
         match completed {
             Ok(true) => (head.set_body(body_bytes).map_into_boxed_body(), "executed"),
             Ok(false) => {

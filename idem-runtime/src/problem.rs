@@ -17,6 +17,7 @@
 //! | 500 | `#handler-panicked` | the handler panicked; nothing was committed |
 //! | 500 | `#transaction-ended` | the handler ended idem's transaction itself (a raw `COMMIT` or `ROLLBACK`) |
 //! | 500 | `#transaction-aborted` | the handler answered 2xx or 3xx although one of its statements failed, so its writes were lost; rolled back |
+//! | 500 | `#stored-response-unreadable` | the stored response does not decrypt (altered, or sealed by a key no longer configured); not replayed |
 //! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
 //! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed; `Retry-After: 1` |
 //!
@@ -50,6 +51,9 @@
 //! answered success. Its writes were lost, so the request was rolled back. A 4xx
 //! answered after a failed statement is stored (in a transaction of its own) and
 //! replayed like any other.
+//! # stored-response-unreadable
+//! With encrypted storage, the stored response to this key did not decrypt: it was
+//! altered, or sealed by a key that is no longer in the keyring. It is never replayed.
 //! # not-configured
 //! The application did not register `idem::Idem` in its app data.
 //! # storage-unavailable
@@ -99,6 +103,8 @@ pub enum ProblemKind {
     TransactionEnded,
     /// 500: the handler answered success although one of its statements failed.
     TransactionAborted,
+    /// 500: the stored response does not decrypt.
+    StoredResponseUnreadable,
     /// 500: idem is not registered in the application.
     NotConfigured,
     /// 503: the key store failed.
@@ -120,6 +126,7 @@ impl ProblemKind {
             Self::HandlerPanicked => "handler-panicked",
             Self::TransactionEnded => "transaction-ended",
             Self::TransactionAborted => "transaction-aborted",
+            Self::StoredResponseUnreadable => "stored-response-unreadable",
             Self::NotConfigured => "not-configured",
             Self::StorageUnavailable => "storage-unavailable",
         }
@@ -142,6 +149,7 @@ impl ProblemKind {
             | Self::HandlerPanicked
             | Self::TransactionEnded
             | Self::TransactionAborted
+            | Self::StoredResponseUnreadable
             | Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
             Self::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -160,6 +168,7 @@ impl ProblemKind {
             Self::HandlerPanicked => "Handler panicked",
             Self::TransactionEnded => "Handler ended the idempotency transaction",
             Self::TransactionAborted => "Handler succeeded after a failed statement",
+            Self::StoredResponseUnreadable => "Stored response cannot be decrypted",
             Self::NotConfigured => "Idempotency is not configured",
             Self::StorageUnavailable => "Idempotency key store unavailable",
         }

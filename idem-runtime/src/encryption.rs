@@ -1,0 +1,301 @@
+//! Stored responses encrypted at rest (feature `encryption`).
+//!
+//! A response kept for replay may hold personal data for as long as the key's retention.
+//! With a [`Keyring`] given to [`Idem::encrypt_with`](crate::Idem::encrypt_with), idem
+//! encrypts the stored body and headers with XChaCha20-Poly1305 (RustCrypto's
+//! `chacha20poly1305`) before they reach the database, and decrypts them to replay. What
+//! lookups need stays in clear: the scope, the key, the fingerprint, the method and path,
+//! the status and the times.
+//!
+//! - **Format.** Each stored value is a marker byte `0xFF`, `idem` version `1`, the id of
+//!   the key that sealed it (length-prefixed), a random 192-bit nonce, then the
+//!   ciphertext and its tag. The associated data binds the value to its row (scope, key,
+//!   status) and field, so a value copied into another row or field does not open.
+//! - **Rotation.** The keyring's current key seals; every key in it opens what it sealed,
+//!   found by the id in the value. Add the new key as current, keep the old ones with
+//!   [`Keyring::with_old_key`] until every row they sealed has expired (the longest
+//!   retention), then drop them.
+//! - **Failures.** A value that does not open (tampered, or sealed by a key no longer in
+//!   the keyring) is never replayed: the request gets 500 `stored-response-unreadable`
+//!   and the error is logged. Values stored before encryption was turned on (no marker) are
+//!   replayed as they are.
+//!
+//! ```
+//! use idem_runtime::encryption::Keyring;
+//!
+//! # fn key_from_config(_: &str) -> [u8; 32] { [7; 32] }
+//! # fn app(pool: sqlx::PgPool) {
+//! // Keys come from configuration (a secret store, an environment variable): 32 bytes.
+//! let keyring = Keyring::new("2026-11", key_from_config("IDEM_KEY_2026_11"))
+//!     .with_old_key("2026-05", key_from_config("IDEM_KEY_2026_05"));
+//! let idem = idem_runtime::Idem::new(pool).encrypt_with(keyring);
+//! # }
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use actix_web::HttpResponse;
+use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
+use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
+
+use crate::problem::ProblemKind;
+use crate::store::{ClaimRequest, ExistingKey};
+
+/// Marks a sealed value: `0xFF` never starts UTF-8 text, so no header block and no text
+/// body stored before encryption was turned on looks sealed.
+const MARKER: &[u8; 6] = b"\xffidem1";
+
+/// Nonce length of XChaCha20-Poly1305: random nonces of this size never repeat in
+/// practice.
+const NONCE_LEN: usize = 24;
+
+/// The keys that seal and open stored responses: one current key that seals, and older
+/// ones that still open what they sealed. Its `Debug` output shows the key ids only.
+///
+/// ```
+/// use idem_runtime::encryption::Keyring;
+///
+/// let keyring = Keyring::new("k2", [2; 32]).with_old_key("k1", [1; 32]);
+/// assert_eq!(keyring.current_id(), "k2");
+/// assert_eq!(format!("{keyring:?}"), r#"Keyring { current: "k2", old: ["k1"] }"#);
+/// ```
+#[derive(Clone)]
+pub struct Keyring {
+    current: (String, XChaCha20Poly1305),
+    old: Vec<(String, XChaCha20Poly1305)>,
+}
+
+impl Keyring {
+    /// A keyring whose current key, named `id`, is `key` (32 bytes, e.g. from a secret
+    /// store). The id is stored beside every value it seals.
+    ///
+    /// # Panics
+    /// If `id` is empty or longer than 255 bytes.
+    ///
+    /// ```
+    /// let keyring = idem_runtime::encryption::Keyring::new("2026-11", [0x5a; 32]);
+    /// ```
+    pub fn new(id: &str, key: [u8; 32]) -> Self {
+        Self {
+            current: (checked_id(id), cipher(key)),
+            old: Vec::new(),
+        }
+    }
+
+    /// Adds a key that no longer seals but still opens what it sealed.
+    ///
+    /// # Panics
+    /// If `id` is empty, longer than 255 bytes, or already in the keyring.
+    ///
+    /// ```
+    /// let keyring = idem_runtime::encryption::Keyring::new("new", [2; 32])
+    ///     .with_old_key("old", [1; 32]);
+    /// ```
+    pub fn with_old_key(mut self, id: &str, key: [u8; 32]) -> Self {
+        let id = checked_id(id);
+        assert!(
+            self.current.0 != id && self.old.iter().all(|(old, _)| *old != id),
+            "idem: the key id `{id}` is in the keyring twice"
+        );
+        self.old.push((id, cipher(key)));
+        self
+    }
+
+    /// The id of the key that seals new values.
+    ///
+    /// ```
+    /// let keyring = idem_runtime::encryption::Keyring::new("k1", [1; 32]);
+    /// assert_eq!(keyring.current_id(), "k1");
+    /// ```
+    pub fn current_id(&self) -> &str {
+        &self.current.0
+    }
+
+    fn seal(&self, plaintext: &[u8], aad: &[u8]) -> Vec<u8> {
+        let (id, cipher) = &self.current;
+        let nonce = XNonce::generate();
+        let sealed = cipher
+            .encrypt(
+                &nonce,
+                Payload {
+                    msg: plaintext,
+                    aad,
+                },
+            )
+            .expect("XChaCha20-Poly1305 seals any response idem stores");
+        let mut out = Vec::with_capacity(MARKER.len() + 1 + id.len() + NONCE_LEN + sealed.len());
+        out.extend_from_slice(MARKER);
+        out.push(u8::try_from(id.len()).expect("ids are at most 255 bytes"));
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    fn open(&self, stored: &[u8], aad: &[u8]) -> Result<Vec<u8>, String> {
+        let rest = &stored[MARKER.len()..];
+        let (&id_len, rest) = rest.split_first().ok_or("truncated")?;
+        let id_len = usize::from(id_len);
+        if rest.len() < id_len + NONCE_LEN {
+            return Err("truncated".to_owned());
+        }
+        let (id, rest) = rest.split_at(id_len);
+        let (nonce, sealed) = rest.split_at(NONCE_LEN);
+        let id = String::from_utf8_lossy(id);
+        let cipher = std::iter::once(&self.current)
+            .chain(&self.old)
+            .find(|(known, _)| *known == id)
+            .map(|(_, cipher)| cipher)
+            .ok_or_else(|| format!("sealed with key `{id}`, which is not in the keyring"))?;
+        let nonce = XNonce::try_from(nonce).map_err(|_| "truncated")?;
+        cipher
+            .decrypt(&nonce, Payload { msg: sealed, aad })
+            .map_err(|_| format!("does not open with key `{id}`: altered or corrupted"))
+    }
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyring")
+            .field("current", &self.current.0)
+            .field(
+                "old",
+                &self.old.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+fn checked_id(id: &str) -> String {
+    assert!(
+        !id.is_empty() && id.len() <= 255,
+        "idem: a key id is 1 to 255 bytes, not {} bytes",
+        id.len()
+    );
+    id.to_owned()
+}
+
+fn cipher(key: [u8; 32]) -> XChaCha20Poly1305 {
+    XChaCha20Poly1305::new(&Key::from(key))
+}
+
+/// Where `Idem` keeps its keyring; empty unless `encrypt_with` was called.
+pub(crate) type Slot = Option<Arc<Keyring>>;
+
+/// Binds a sealed value to its row and field.
+fn associated_data(scope: &str, key: &str, status: u16, field: &str) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(32 + scope.len() + key.len());
+    aad.extend_from_slice(b"idem stored response v1");
+    for part in [scope.as_bytes(), key.as_bytes(), field.as_bytes()] {
+        aad.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        aad.extend_from_slice(part);
+    }
+    aad.extend_from_slice(&status.to_be_bytes());
+    aad
+}
+
+/// The response's headers and body as they are to be stored: sealed when the keyring
+/// holds a key, as they are otherwise.
+pub(crate) fn seal<'a>(
+    keyring: &Slot,
+    claim: &ClaimRequest<'_>,
+    status: u16,
+    headers: Vec<u8>,
+    body: &'a [u8],
+) -> (Vec<u8>, Cow<'a, [u8]>) {
+    let Some(keyring) = keyring else {
+        return (headers, Cow::Borrowed(body));
+    };
+    let aad = |field| associated_data(claim.scope, claim.key, status, field);
+    (
+        keyring.seal(&headers, &aad("headers")),
+        Cow::Owned(keyring.seal(body, &aad("body"))),
+    )
+}
+
+/// The stored response of `existing` in clear, or the 500 that a value which does not
+/// open gets instead of a replay.
+// The error is the request's final answer, returned straight to actix.
+#[allow(clippy::result_large_err)]
+pub(crate) fn open(
+    keyring: &Slot,
+    claim: &ClaimRequest<'_>,
+    mut existing: ExistingKey,
+) -> Result<ExistingKey, (HttpResponse, &'static str)> {
+    let status = existing
+        .response_status
+        .and_then(|s| u16::try_from(s).ok())
+        .unwrap_or(0);
+    for (field, value) in [
+        ("headers", &mut existing.response_headers),
+        ("body", &mut existing.response_body),
+    ] {
+        let Some(stored) = value.as_deref() else {
+            continue;
+        };
+        if !stored.starts_with(MARKER) {
+            continue; // stored before encryption was turned on
+        }
+        let opened = match keyring {
+            Some(keyring) => keyring.open(
+                stored,
+                &associated_data(claim.scope, claim.key, status, field),
+            ),
+            None => Err("sealed, and idem has no keyring (Idem::encrypt_with)".to_owned()),
+        };
+        match opened {
+            Ok(clear) => *value = Some(clear),
+            Err(reason) => {
+                tracing::error!(
+                    field,
+                    reason,
+                    "a stored response does not decrypt; not replayed"
+                );
+                let response = ProblemKind::StoredResponseUnreadable.response(
+                    "the stored response to this request cannot be read; nothing was replayed",
+                );
+                return Err((response, "unreadable"));
+            }
+        }
+    }
+    Ok(existing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_value_opens_only_with_its_row_and_an_intact_ciphertext() {
+        let keyring = Keyring::new("k1", [1; 32]);
+        let aad = associated_data("acct", "key", 201, "body");
+        let sealed = keyring.seal(b"{\"id\":1}", &aad);
+        assert!(sealed.starts_with(MARKER));
+        assert_eq!(keyring.open(&sealed, &aad).unwrap(), b"{\"id\":1}");
+        let other_row = associated_data("acct", "other", 201, "body");
+        assert!(keyring.open(&sealed, &other_row).is_err());
+        let other_status = associated_data("acct", "key", 200, "body");
+        assert!(keyring.open(&sealed, &other_status).is_err());
+        let mut flipped = sealed.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert!(keyring.open(&flipped, &aad).is_err());
+        assert!(keyring.open(&sealed[..MARKER.len() + 3], &aad).is_err());
+    }
+
+    #[test]
+    fn old_keys_open_and_the_current_key_seals() {
+        let old = Keyring::new("k1", [1; 32]);
+        let aad = associated_data("s", "k", 201, "headers");
+        let sealed_by_old = old.seal(b"location: /x\r\n", &aad);
+        let rotated = Keyring::new("k2", [2; 32]).with_old_key("k1", [1; 32]);
+        assert_eq!(
+            rotated.open(&sealed_by_old, &aad).unwrap(),
+            b"location: /x\r\n"
+        );
+        let sealed_by_new = rotated.seal(b"x", &aad);
+        let error = old.open(&sealed_by_new, &aad).unwrap_err();
+        assert!(error.contains("`k2`"), "{error}");
+    }
+}

@@ -1,0 +1,154 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade (feature `metrics`),
+//! so whichever exporter the application installs (Prometheus, StatsD, OpenTelemetry..)
+//! receives them. Without a recorder installed they cost next to nothing; without the
+//! feature, nothing at all.
+//!
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | [`REQUESTS_TOTAL`] | counter | `endpoint`, `handler`, `outcome` | requests that reached idem's flow, by how it answered |
+//! | [`TAKEOVERS_TOTAL`] | counter | `endpoint`, `handler` | phased attempts that took over a key whose lease ran out |
+//! | [`STATEMENT_SECONDS`] | histogram | `endpoint`, `handler`, `statement` | time spent in idem's own statements, in seconds |
+//!
+//! `endpoint` is the route's path pattern (e.g. `/orders`) when `#[idempotent]` could see
+//! it (written above the route attribute), else the handler's name; `handler` is the
+//! handler function's name. `statement` is `begin`, `claim`, `take_over`, `complete` or
+//! `commit`.
+//!
+//! The outcomes, the same strings as the `outcome` field of the `idempotent` tracing span:
+//!
+//! | outcome | answer |
+//! |---|---|
+//! | `executed` | the handler ran and its response was stored |
+//! | `replayed` | a stored response was replayed |
+//! | `in_progress` | 409: another request holds the key |
+//! | `mismatch` | 422: the key was used for a different request |
+//! | `invalid_key` | 400: `Idempotency-Key` missing or malformed |
+//! | `invalid_body` | 400: a JSON body that does not parse |
+//! | `too_large` | 500: the response is larger than idem stores; rolled back |
+//! | `rolled_back` | the handler answered 5xx or ended the transaction itself; nothing kept |
+//! | `panicked` | the handler panicked |
+//! | `storage_error` | the key store failed |
+//! | `unreadable` | 500: a stored response does not decrypt (feature `encryption`) |
+//! | `resumable` | phased: the handler answered 5xx; its committed phases are kept |
+//! | `phase_failed` | phased: a phase failed in idem's part of it |
+//! | `taken_over` | phased: a retry took this attempt over; its response was not stored |
+//!
+//! ```
+//! // Once at startup, after installing the exporter: units and help texts.
+//! idem_runtime::metrics::describe();
+//! assert_eq!(idem_runtime::metrics::REQUESTS_TOTAL, "idem_requests_total");
+//! ```
+
+use std::future::Future;
+
+use crate::policy::Policy;
+
+/// Counter of requests by `outcome`, with `endpoint` and `handler` labels.
+///
+/// ```
+/// assert_eq!(idem_runtime::metrics::REQUESTS_TOTAL, "idem_requests_total");
+/// ```
+#[cfg(feature = "metrics")]
+pub const REQUESTS_TOTAL: &str = "idem_requests_total";
+
+/// Counter of takeovers in the phased form, with `endpoint` and `handler` labels.
+///
+/// ```
+/// assert_eq!(idem_runtime::metrics::TAKEOVERS_TOTAL, "idem_takeovers_total");
+/// ```
+#[cfg(feature = "metrics")]
+pub const TAKEOVERS_TOTAL: &str = "idem_takeovers_total";
+
+/// Histogram of the seconds spent in each of idem's own statements, with `endpoint`,
+/// `handler` and `statement` labels.
+///
+/// ```
+/// assert_eq!(idem_runtime::metrics::STATEMENT_SECONDS, "idem_statement_duration_seconds");
+/// ```
+#[cfg(feature = "metrics")]
+pub const STATEMENT_SECONDS: &str = "idem_statement_duration_seconds";
+
+/// Registers the units and descriptions of idem's metrics with the installed recorder,
+/// for exporters that show them (Prometheus `# HELP` lines). Optional: the metrics are
+/// recorded either way.
+///
+/// ```
+/// idem_runtime::metrics::describe();
+/// ```
+#[cfg(feature = "metrics")]
+pub fn describe() {
+    ::metrics::describe_counter!(
+        REQUESTS_TOTAL,
+        ::metrics::Unit::Count,
+        "Requests to idempotent endpoints, by how idem answered them"
+    );
+    ::metrics::describe_counter!(
+        TAKEOVERS_TOTAL,
+        ::metrics::Unit::Count,
+        "Phased attempts that took over a key whose lease had run out"
+    );
+    ::metrics::describe_histogram!(
+        STATEMENT_SECONDS,
+        ::metrics::Unit::Seconds,
+        "Time spent in idem's own statements"
+    );
+}
+
+/// The `endpoint` label: the route's path when known, else the handler's name.
+#[cfg(feature = "metrics")]
+fn endpoint(policy: &Policy) -> &'static str {
+    policy.route().map_or(policy.handler(), |(_, path)| path)
+}
+
+/// Counts a request's outcome.
+pub(crate) fn outcome(policy: &'static Policy, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        REQUESTS_TOTAL,
+        "endpoint" => endpoint(policy),
+        "handler" => policy.handler(),
+        "outcome" => outcome,
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (policy, outcome);
+}
+
+/// Counts a takeover of the phased form.
+pub(crate) fn takeover(policy: &'static Policy) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        TAKEOVERS_TOTAL,
+        "endpoint" => endpoint(policy),
+        "handler" => policy.handler(),
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = policy;
+}
+
+/// Runs one of idem's statements, recording how long it took (also when it failed).
+pub(crate) async fn timed<T>(
+    policy: &'static Policy,
+    statement: &'static str,
+    run: impl Future<Output = T>,
+) -> T {
+    #[cfg(feature = "metrics")]
+    {
+        let started = std::time::Instant::now();
+        let result = run.await;
+        ::metrics::histogram!(
+            STATEMENT_SECONDS,
+            "endpoint" => endpoint(policy),
+            "handler" => policy.handler(),
+            "statement" => statement,
+        )
+        .record(started.elapsed());
+        result
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = (policy, statement);
+        run.await
+    }
+}

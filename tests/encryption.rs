@@ -1,0 +1,188 @@
+//! The `encryption` feature, against PostgreSQL: what idem stores for replay is not the
+//! plaintext, replays return the plaintext, old keys still open after a rotation, and a
+//! value that does not open is answered with a 500 problem, never replayed.
+
+mod support;
+
+use idem::encryption::Keyring;
+use support::{ALICE, Env, IDEM_PROBLEM, order_json, post_order};
+
+fn first() -> Keyring {
+    Keyring::new("2026-05", [0x11; 32])
+}
+
+fn second() -> Keyring {
+    Keyring::new("2026-11", [0x22; 32]).with_old_key("2026-05", [0x11; 32])
+}
+
+/// `(response_headers, response_body)` as stored for `key`.
+async fn stored(env: &Env, key: &str) -> (Vec<u8>, Vec<u8>) {
+    sqlx::query_as("SELECT response_headers, response_body FROM idem_keys WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(&env.pool)
+        .await
+        .expect("the key row")
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[actix_web::test]
+async fn stored_responses_are_ciphertext_and_replay_as_plaintext() {
+    let env = Env::new().await;
+    let app = support::service(&env.idem().encrypt_with(first())).await;
+    let body = order_json("secret tea", 1, 100);
+    let created = app.call(post_order(ALICE, "enc-1", &body)).await;
+    let id = created.assert_created();
+
+    let (headers, stored_body) = stored(&env, "enc-1").await;
+    assert!(
+        !contains(&stored_body, b"secret tea"),
+        "the body is not in clear"
+    );
+    assert_ne!(stored_body, created.body.to_vec());
+    let location = format!("/orders/{id}");
+    assert!(
+        !contains(&headers, location.as_bytes()),
+        "nor are the headers"
+    );
+    assert!(
+        contains(&headers, b"2026-05"),
+        "the key id is stored beside the value"
+    );
+    // The fingerprint and the scope stay usable for lookups.
+    let (scope, fingerprint_len): (String, i32) = sqlx::query_as(
+        "SELECT scope, length(request_hash) FROM idem_keys WHERE idem_key = 'enc-1'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (scope.as_str(), fingerprint_len),
+        (ALICE.to_string().as_str(), 32)
+    );
+
+    let replay = app.call(post_order(ALICE, "enc-1", &body)).await;
+    replay.assert_replay_of(&created);
+    assert_eq!(replay.header("location"), Some(location.as_str()));
+    // A mismatch is still found from the clear fingerprint.
+    let other = order_json("other tea", 1, 100);
+    assert_eq!(
+        app.call(post_order(ALICE, "enc-1", &other)).await.status,
+        422
+    );
+}
+
+#[actix_web::test]
+async fn after_a_rotation_old_rows_replay_and_new_rows_use_the_new_key() {
+    let env = Env::new().await;
+    let body = order_json("tea", 1, 100);
+    let before = support::service(&env.idem().encrypt_with(first())).await;
+    let old = before.call(post_order(ALICE, "rot-old", &body)).await;
+    old.assert_created();
+
+    let after = support::service(&env.idem().encrypt_with(second())).await;
+    after
+        .call(post_order(ALICE, "rot-old", &body))
+        .await
+        .assert_replay_of(&old);
+    let new = after.call(post_order(ALICE, "rot-new", &body)).await;
+    new.assert_created();
+    let (headers, _) = stored(&env, "rot-new").await;
+    assert!(
+        contains(&headers, b"2026-11"),
+        "sealed with the current key"
+    );
+
+    // Once the old key is dropped, its rows no longer open: a 500, never ciphertext.
+    let dropped =
+        support::service(&env.idem().encrypt_with(Keyring::new("2026-11", [0x22; 32]))).await;
+    dropped
+        .call(post_order(ALICE, "rot-new", &body))
+        .await
+        .assert_replay_of(&new);
+    let unreadable = dropped.call(post_order(ALICE, "rot-old", &body)).await;
+    unreadable.assert_idem_problem(500, "stored-response-unreadable");
+    assert!(!unreadable.replayed());
+}
+
+#[actix_web::test]
+async fn a_tampered_row_gets_a_500_problem_not_garbage() {
+    let env = Env::new().await;
+    let app = support::service(&env.idem().encrypt_with(first())).await;
+    let body = order_json("tea", 1, 100);
+    app.call(post_order(ALICE, "tampered", &body))
+        .await
+        .assert_created();
+    sqlx::query(
+        "UPDATE idem_keys SET response_body = set_byte(response_body, length(response_body) - 1, \
+                get_byte(response_body, length(response_body) - 1) # 1) \
+          WHERE idem_key = 'tampered'",
+    )
+    .execute(&env.pool)
+    .await
+    .expect("flip a bit of the stored body");
+
+    let replay = app.call(post_order(ALICE, "tampered", &body)).await;
+    let problem = replay.assert_idem_problem(500, "stored-response-unreadable");
+    assert_eq!(
+        problem["type"],
+        format!("{IDEM_PROBLEM}stored-response-unreadable")
+    );
+    assert!(!replay.replayed());
+
+    // A sealed row read by an idem without a keyring is not replayed either.
+    let plain = support::service(&env.idem()).await;
+    app.call(post_order(ALICE, "sealed", &body))
+        .await
+        .assert_created();
+    plain
+        .call(post_order(ALICE, "sealed", &body))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+}
+
+#[actix_web::test]
+async fn rows_stored_before_encryption_was_turned_on_still_replay() {
+    let env = Env::new().await;
+    let body = order_json("tea", 1, 100);
+    let plain = support::service(&env.idem()).await;
+    let created = plain.call(post_order(ALICE, "legacy", &body)).await;
+    created.assert_created();
+    let encrypted = support::service(&env.idem().encrypt_with(first())).await;
+    encrypted
+        .call(post_order(ALICE, "legacy", &body))
+        .await
+        .assert_replay_of(&created);
+}
+
+/// A phased handler whose answer names a secret.
+#[idem::idempotent(scope = account, lease = "1s")]
+#[actix_web::post("/test/phased-secret")]
+async fn phased_secret(
+    account: support::app::Account,
+    phases: idem::Phases,
+) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+    let _ = account;
+    let n: i32 = phases
+        .run("step", async |_tx| Ok::<_, idem::PhaseError>(7))
+        .await?;
+    Ok(actix_web::HttpResponse::Created().body(format!("phased secret {n}")))
+}
+
+#[actix_web::test]
+async fn the_phased_form_stores_ciphertext_and_replays_plaintext() {
+    let env = Env::new().await;
+    let app = support::service_with(&env.idem().encrypt_with(first()), |cfg| {
+        cfg.service(phased_secret);
+    })
+    .await;
+    let request = || support::post("/test/phased-secret", ALICE, "phased-enc", "{}");
+    let created = app.call(request()).await;
+    assert_eq!(created.status, 201);
+    assert_eq!(&created.body[..], b"phased secret 7");
+    let (_, stored_body) = stored(&env, "phased-enc").await;
+    assert!(!contains(&stored_body, b"phased secret"));
+    app.call(request()).await.assert_replay_of(&created);
+}

@@ -1,0 +1,179 @@
+//! The `openapi` feature: `idem::openapi::IdempotencyDocs` documents every idempotent
+//! operation of a utoipa document (the key header, the retention policy, the replay
+//! header and idem's problem responses) and leaves other operations alone.
+
+use actix_web::{HttpResponse, post, web};
+use idem::openapi::IdempotencyDocs;
+use serde_json::{Value, json};
+use utoipa::OpenApi;
+
+/// Route visible to `#[idempotent]` (written above `#[post]`); the handler documents a 422
+/// of its own.
+#[utoipa::path(
+    post,
+    path = "/accounts/{account}/widgets",
+    responses(
+        (status = 201, description = "The widget was created"),
+        (status = 422, description = "The widget is not valid"),
+        (status = 503, description = "Try again later"),
+    )
+)]
+#[idem::idempotent(scope = account, retention = "36h")]
+#[post("/accounts/{account:\\d+}/widgets")]
+async fn create_widget(account: web::Path<i64>, tx: idem::Tx) -> HttpResponse {
+    let _ = (account, tx);
+    HttpResponse::Created().finish()
+}
+
+/// Route hidden from `#[idempotent]` (written below `#[post]`), under a scope prefix in the
+/// document: matched by its operationId.
+#[utoipa::path(post, path = "/v1/accounts/{account}/refunds", responses((status = 202, description = "Accepted")))]
+#[post("/accounts/{account}/refunds")]
+#[idem::idempotent(scope = account, retention = "7d")]
+async fn create_refund(account: web::Path<i64>, tx: idem::Tx) -> HttpResponse {
+    let _ = (account, tx);
+    HttpResponse::Accepted().finish()
+}
+
+/// Not idempotent.
+#[utoipa::path(post, path = "/ping", responses((status = 200, description = "Pong")))]
+#[post("/ping")]
+async fn ping() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(create_widget, create_refund, ping),
+    modifiers(&IdempotencyDocs)
+)]
+struct ApiDoc;
+
+fn document() -> Value {
+    let text = ApiDoc::openapi()
+        .to_json()
+        .expect("the document serializes");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+fn key_header(operation: &Value) -> &Value {
+    let params = operation["parameters"].as_array().expect("parameters");
+    let keys: Vec<_> = params
+        .iter()
+        .filter(|p| p["name"] == "Idempotency-Key")
+        .collect();
+    assert_eq!(keys.len(), 1, "one key header: {params:?}");
+    keys[0]
+}
+
+#[test]
+fn idempotent_operations_document_the_key_its_retention_and_the_problems() {
+    let doc = document();
+    let op = &doc["paths"]["/accounts/{account}/widgets"]["post"];
+
+    let key = key_header(op);
+    assert_eq!(key["in"], "header");
+    assert_eq!(key["required"], true);
+    assert_eq!(key["schema"]["type"], "string");
+    assert_eq!(key["schema"]["minLength"], 1);
+    assert_eq!(key["schema"]["maxLength"], 255);
+    let described = key["description"].as_str().unwrap();
+    assert!(described.contains("36 hours"), "{described}");
+
+    // The published policy, expiry included.
+    assert_eq!(
+        op["x-idempotency"],
+        json!({
+            "header": "Idempotency-Key",
+            "required": true,
+            "scope": "account",
+            "retention": "PT36H",
+            "retention_seconds": 129600,
+            "fingerprint": "method, path with query, and body (JSON bodies canonicalized)",
+            "key_max_length": 255,
+        })
+    );
+    assert!(
+        op["description"]
+            .as_str()
+            .unwrap()
+            .contains("expire 36 hours")
+    );
+
+    // A replay carries any response the handler documents.
+    let created = &op["responses"]["201"];
+    assert_eq!(created["description"], "The widget was created");
+    assert_eq!(
+        created["headers"]["Idempotent-Replayed"]["schema"]["enum"],
+        json!(["true"])
+    );
+
+    // A 5xx is never stored, so never replayed.
+    assert!(op["responses"]["503"].get("headers").is_none());
+
+    let problem_ref = json!({ "$ref": "#/components/schemas/IdempotencyProblem" });
+    for status in ["400", "409", "422"] {
+        let response = &op["responses"][status];
+        assert_eq!(
+            response["content"]["application/problem+json"]["schema"], problem_ref,
+            "{status}: {response}"
+        );
+    }
+    assert!(
+        op["responses"]["400"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("idempotency-key-missing")
+    );
+    assert_eq!(
+        op["responses"]["409"]["headers"]["Retry-After"]["schema"]["type"],
+        "integer"
+    );
+    // The handler's own 422 keeps its description; idem's meaning is added.
+    let unprocessable = op["responses"]["422"]["description"].as_str().unwrap();
+    assert!(
+        unprocessable.starts_with("The widget is not valid"),
+        "{unprocessable}"
+    );
+    assert!(
+        unprocessable.contains("idempotency-key-reused"),
+        "{unprocessable}"
+    );
+
+    let schema = &doc["components"]["schemas"]["IdempotencyProblem"];
+    assert_eq!(
+        schema["required"],
+        json!(["type", "title", "status", "detail"])
+    );
+    assert_eq!(
+        schema["properties"]["mismatch"]["enum"],
+        json!(["method_or_path", "body"])
+    );
+}
+
+#[test]
+fn an_operation_under_a_prefix_is_matched_by_its_operation_id() {
+    let doc = document();
+    let op = &doc["paths"]["/v1/accounts/{account}/refunds"]["post"];
+    assert_eq!(key_header(op)["required"], true);
+    assert_eq!(op["x-idempotency"]["retention"], "P7D");
+    assert_eq!(op["x-idempotency"]["retention_seconds"], 7 * 86_400);
+    assert!(op["responses"]["409"].is_object());
+}
+
+#[test]
+fn other_operations_are_left_alone() {
+    let doc = document();
+    let op = &doc["paths"]["/ping"]["post"];
+    assert!(op.get("parameters").is_none(), "{op}");
+    assert!(op.get("x-idempotency").is_none());
+    assert_eq!(
+        op["responses"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["200"]
+    );
+    assert!(op["responses"]["200"].get("headers").is_none());
+}
