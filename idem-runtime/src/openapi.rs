@@ -9,7 +9,8 @@
 //!   bare or as a Structured Field string, with the key's retention in its description;
 //! - the idempotency policy the IETF draft asks a resource to publish, as the operation's
 //!   `x-idempotency` extension: the header, the scope parameter, the retention (ISO 8601
-//!   and seconds) and what the fingerprint covers; and a paragraph of its description;
+//!   and seconds), what the fingerprint covers and, for the phased form, the lease in ms;
+//!   and a paragraph of its description;
 //! - the `Idempotent-Replayed: true` header on the responses the handler documents,
 //!   except 5xx ones (a replay may carry any other; a 5xx is never stored);
 //! - the problem responses idem answers itself, `application/problem+json` with the
@@ -158,6 +159,14 @@ fn route_template(pattern: &str) -> String {
 /// let mut operation = Operation::new();
 /// idem_runtime::openapi::document_operation(&mut operation, &POLICY);
 /// assert!(operation.responses.responses.contains_key("409"));
+///
+/// // A phased handler also publishes its lease.
+/// static PHASED: idem_runtime::Policy =
+///     idem_runtime::Policy::new("pay", "shop", "account", 86_400).with_lease(30_000);
+/// let mut operation = Operation::new();
+/// idem_runtime::openapi::document_operation(&mut operation, &PHASED);
+/// let extensions = serde_json::to_value(&operation.extensions).unwrap();
+/// assert_eq!(extensions["x-idempotency"]["lease_ms"], 30_000);
 /// ```
 pub fn document_operation(operation: &mut Operation, policy: &Policy) {
     let retention = policy.retention().as_secs();
@@ -198,7 +207,7 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
         Some(text) if !text.is_empty() => format!("{text}\n\n{note}"),
         _ => note,
     });
-    let published = serde_json::json!({
+    let mut published = serde_json::json!({
         "header": "Idempotency-Key",
         "required": true,
         "scope": policy.scope(),
@@ -207,6 +216,10 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
         "fingerprint": "method, path with query, and body (JSON bodies canonicalized)",
         "key_max_length": MAX_KEY_LEN,
     });
+    // The phased form: how long a crashed attempt holds the key before a retry resumes it.
+    if let Some(lease) = policy.lease() {
+        published["lease_ms"] = serde_json::json!(lease.as_millis());
+    }
     let extension = ExtensionsBuilder::new()
         .add("x-idempotency", published)
         .build();
