@@ -10,12 +10,12 @@ use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use sqlx::PgPool;
+use sqlx::Pool;
 use sqlx::migrate::Migrator;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::store::postgres::expiry as store;
+use crate::store::{Backend, DefaultBackend};
 
 /// The expiry task: deletes key rows whose retention has ended, in bounded batches.
 ///
@@ -30,7 +30,8 @@ use crate::store::postgres::expiry as store;
 /// task: batches skip rows another sweep (or a request) has locked, so sweeps neither
 /// wait for each other nor delete a row twice.
 ///
-/// Clones share their [statistics](Self::stats).
+/// Clones share their [statistics](Self::stats). On SQLite a batch is one `DELETE` by
+/// `rowid`; the database lets one writer in at a time, so sweeps never meet.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -45,9 +46,8 @@ use crate::store::postgres::expiry as store;
 /// handle.stop().await;
 /// # }
 /// ```
-#[derive(Clone)]
-pub struct Expiry {
-    pool: PgPool,
+pub struct Expiry<DB: Backend = DefaultBackend> {
+    pool: Pool<DB>,
     interval: Duration,
     batch_size: u32,
     pause: Duration,
@@ -56,7 +56,20 @@ pub struct Expiry {
     stats: Arc<Mutex<ExpiryStats>>,
 }
 
-impl fmt::Debug for Expiry {
+impl<DB: Backend> Clone for Expiry<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            interval: self.interval,
+            batch_size: self.batch_size,
+            pause: self.pause,
+            script: Arc::clone(&self.script),
+            stats: Arc::clone(&self.stats),
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Expiry<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Expiry")
             .field("interval", &self.interval)
@@ -67,6 +80,8 @@ impl fmt::Debug for Expiry {
     }
 }
 
+// The defaults are on `Expiry` with the default backend so that `Expiry::DEFAULT_*` needs
+// no type annotation; they hold for every backend.
 impl Expiry {
     /// Rows per batch unless [`batch_size`](Self::batch_size) says otherwise. A batch of
     /// 1000 takes some 15 to 30 ms, so it holds its row locks only that long, and it
@@ -96,6 +111,9 @@ impl Expiry {
     /// assert_eq!(idem_runtime::Expiry::DEFAULT_PAUSE.as_millis(), 20);
     /// ```
     pub const DEFAULT_PAUSE: Duration = Duration::from_millis(20);
+}
+
+impl<DB: Backend> Expiry<DB> {
 
     /// An expiry task on `pool`: a sweep every 60 s, batches of 1000 rows, 20 ms between
     /// batches.
@@ -105,13 +123,13 @@ impl Expiry {
     /// let expiry = idem_runtime::Expiry::new(pool);
     /// # }
     /// ```
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: Pool<DB>) -> Self {
         Self {
             pool,
-            interval: Self::DEFAULT_INTERVAL,
-            batch_size: Self::DEFAULT_BATCH_SIZE,
-            pause: Self::DEFAULT_PAUSE,
-            script: store::batch_script(Self::DEFAULT_BATCH_SIZE).into(),
+            interval: Expiry::DEFAULT_INTERVAL,
+            batch_size: Expiry::DEFAULT_BATCH_SIZE,
+            pause: Expiry::DEFAULT_PAUSE,
+            script: DB::batch_statement(Expiry::DEFAULT_BATCH_SIZE).into(),
             stats: Arc::default(),
         }
     }
@@ -144,7 +162,7 @@ impl Expiry {
     pub fn batch_size(mut self, rows: u32) -> Self {
         assert!(rows > 0, "the expiry batch size must be at least 1");
         self.batch_size = rows;
-        self.script = store::batch_script(rows).into();
+        self.script = DB::batch_statement(rows).into();
         self
     }
 
@@ -220,11 +238,12 @@ impl Expiry {
     /// # }
     /// ```
     pub async fn count_deletable(&self) -> Result<u64, sqlx::Error> {
-        store::count_deletable(&self.pool).await
+        DB::count_deletable(&self.pool).await
     }
 
-    /// PostgreSQL's plan for one batch (`EXPLAIN`, which does not run the statement):
-    /// shows that the rows are found through the `expires_at` index.
+    /// The database's plan for one batch (`EXPLAIN` on PostgreSQL, `EXPLAIN QUERY PLAN`
+    /// on SQLite; neither runs the statement): shows that the rows are found through the
+    /// `expires_at` index.
     ///
     /// ```no_run
     /// # async fn plan(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
@@ -234,7 +253,7 @@ impl Expiry {
     /// # }
     /// ```
     pub async fn explain(&self) -> Result<String, sqlx::Error> {
-        Ok(store::explain_batch(&self.pool, self.batch_size)
+        Ok(DB::explain_batch(&self.pool, self.batch_size)
             .await?
             .join("\n"))
     }
@@ -282,7 +301,7 @@ impl Expiry {
     /// handle.stop().await;
     /// # }
     /// ```
-    pub fn spawn(self) -> ExpiryHandle {
+    pub fn spawn(self) -> ExpiryHandle<DB> {
         let expiry = Arc::new(self);
         let (stop, stopped) = oneshot::channel::<()>();
         // A dropped sender resolves the receiver too: dropping the handle stops the task.
@@ -303,7 +322,7 @@ impl Expiry {
         let mut stopped = false;
         loop {
             let batch_started = Instant::now();
-            let deleted = match store::delete_batch(&self.pool, &self.script).await {
+            let deleted = match DB::delete_batch(&self.pool, &self.script).await {
                 Ok(deleted) => deleted,
                 Err(sqlx::Error::PoolClosed) => {
                     // The application is shutting down: not a failure of the sweep.
@@ -397,7 +416,7 @@ struct SweepOutcome {
 /// The task's loop. Like sqlx's pool reaper it keeps only a weak reference while it
 /// sleeps, so it ends when its owner is gone, and it ends on the stop signal or when the
 /// pool is closed.
-async fn run_until(expiry: Weak<Expiry>, shutdown: impl Future<Output = ()>) {
+async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<Output = ()>) {
     let Some(closed) = expiry.upgrade().map(|e| e.pool.close_event()) else {
         return;
     };
@@ -436,13 +455,13 @@ async fn run_until(expiry: Weak<Expiry>, shutdown: impl Future<Output = ()>) {
 /// ```
 #[must_use = "the expiry task stops when its handle is dropped"]
 #[derive(Debug)]
-pub struct ExpiryHandle {
-    expiry: Arc<Expiry>,
+pub struct ExpiryHandle<DB: Backend = DefaultBackend> {
+    expiry: Arc<Expiry<DB>>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
 }
 
-impl ExpiryHandle {
+impl<DB: Backend> ExpiryHandle<DB> {
     /// Totals of the task's sweeps so far; see [`Expiry::stats`].
     ///
     /// ```no_run
@@ -706,11 +725,11 @@ impl fmt::Display for SchemaStatus {
 /// # Ok(())
 /// # }
 /// ```
-pub async fn schema_status(pool: &PgPool) -> Result<SchemaStatus, sqlx::Error> {
-    let Some(applied) = store::applied_migrations(pool).await? else {
+pub async fn schema_status<DB: Backend>(pool: &Pool<DB>) -> Result<SchemaStatus, sqlx::Error> {
+    let Some(applied) = DB::applied_migrations(pool).await? else {
         return Ok(SchemaStatus::Missing);
     };
-    Ok(compare(&crate::migrate::migrator(), &applied))
+    Ok(compare(&crate::migrate::migrator::<DB>(), &applied))
 }
 
 fn compare(built_in: &Migrator, applied: &[(i64, bool, Vec<u8>)]) -> SchemaStatus {
@@ -757,8 +776,8 @@ fn compare(built_in: &Migrator, applied: &[(i64, bool, Vec<u8>)]) -> SchemaStatu
 /// # Ok(())
 /// # }
 /// ```
-pub async fn key_stats(pool: &PgPool) -> Result<KeyStats, sqlx::Error> {
-    store::key_stats(pool).await
+pub async fn key_stats<DB: Backend>(pool: &Pool<DB>) -> Result<KeyStats, sqlx::Error> {
+    DB::key_stats(pool).await
 }
 
 /// What [`key_stats`] found.
@@ -912,12 +931,12 @@ pub const BODY_PREVIEW_BYTES: usize = 1024;
 /// # Ok(())
 /// # }
 /// ```
-pub async fn inspect_key(
-    pool: &PgPool,
+pub async fn inspect_key<DB: Backend>(
+    pool: &Pool<DB>,
     scope: &str,
     key: &str,
 ) -> Result<Option<KeyRecord>, sqlx::Error> {
-    store::inspect_key(pool, scope, key, BODY_PREVIEW_BYTES).await
+    DB::inspect_key(pool, scope, key, BODY_PREVIEW_BYTES).await
 }
 
 /// A key row, as [`inspect_key`] reads it.
@@ -967,7 +986,7 @@ mod tests {
     use super::*;
 
     fn applied(rows: &[(i64, bool)]) -> Vec<(i64, bool, Vec<u8>)> {
-        let built_in = crate::migrate::migrator();
+        let built_in = crate::migrate::migrator::<DefaultBackend>();
         rows.iter()
             .map(|&(version, success)| {
                 let checksum = built_in
@@ -980,7 +999,7 @@ mod tests {
     }
 
     fn versions() -> Vec<i64> {
-        crate::migrate::migrator()
+        crate::migrate::migrator::<DefaultBackend>()
             .iter()
             .map(|m| m.version)
             .collect()
@@ -991,7 +1010,7 @@ mod tests {
         let all: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         let latest = *versions().last().unwrap();
         assert_eq!(
-            compare(&crate::migrate::migrator(), &applied(&all)),
+            compare(&crate::migrate::migrator::<DefaultBackend>(), &applied(&all)),
             SchemaStatus::Current { version: latest }
         );
     }
@@ -1000,7 +1019,7 @@ mod tests {
     fn a_missing_migration_is_behind_and_an_unknown_one_ahead() {
         let latest = *versions().last().unwrap();
         assert_eq!(
-            compare(&crate::migrate::migrator(), &[]),
+            compare(&crate::migrate::migrator::<DefaultBackend>(), &[]),
             SchemaStatus::Behind {
                 version: None,
                 expected: latest
@@ -1009,7 +1028,7 @@ mod tests {
         let mut rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         rows.push((latest + 1, true));
         assert_eq!(
-            compare(&crate::migrate::migrator(), &applied(&rows)),
+            compare(&crate::migrate::migrator::<DefaultBackend>(), &applied(&rows)),
             SchemaStatus::Ahead {
                 version: latest + 1,
                 expected: latest
@@ -1021,14 +1040,14 @@ mod tests {
     fn failed_and_modified_migrations_are_named() {
         let first = versions()[0];
         assert_eq!(
-            compare(&crate::migrate::migrator(), &applied(&[(first, false)])),
+            compare(&crate::migrate::migrator::<DefaultBackend>(), &applied(&[(first, false)])),
             SchemaStatus::Failed { version: first }
         );
         let rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         let mut rows = applied(&rows);
         rows[0].2 = vec![0; 48];
         assert_eq!(
-            compare(&crate::migrate::migrator(), &rows),
+            compare(&crate::migrate::migrator::<DefaultBackend>(), &rows),
             SchemaStatus::Modified { version: first }
         );
     }

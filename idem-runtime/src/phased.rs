@@ -20,14 +20,15 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
-use sqlx::Postgres;
 use tracing::Instrument;
 
 use crate::flow::{
     Prepared, answer_existing, encode_headers, in_progress, mismatched, storage_unavailable,
 };
 use crate::problem::ProblemKind;
-use crate::store::{AttemptRef, AttemptRow, Backend, PhaseRecord, PhasedClaim, StoredResponse};
+use crate::store::{
+    AttemptRef, AttemptRow, Backend, DefaultBackend, PhaseRecord, PhasedClaim, StoredResponse,
+};
 use crate::{Idem, Tx};
 
 /// The longest phase name, in bytes; names are stored beside each recorded output.
@@ -87,7 +88,7 @@ pub const MAX_PHASE_NAME_LEN: usize = 200;
 /// Code outside phases runs again on every attempt, including takeovers: keep it to
 /// computing the response from the phases' outputs. Side effects belong in phases, and
 /// calls to other services take a [`derived_key`](Self::derived_key).
-pub struct Phases<DB: Backend = Postgres> {
+pub struct Phases<DB: Backend = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
     /// Outputs of the phases committed before this attempt, by name.
@@ -362,7 +363,7 @@ impl<DB: Backend> fmt::Debug for Phases<DB> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Lease<DB: Backend = Postgres> {
+pub struct Lease<DB: Backend = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
 }
@@ -684,6 +685,8 @@ impl<DB: Backend> Prepared<DB> {
         // duplicates out from here on, not an open transaction.
         let mut txn = match DB::begin(&self.idem).await {
             Ok(txn) => txn,
+            // SQLite: another request holds the database's write lock past `claim_wait`.
+            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
         let row = match DB::claim_phased(&mut txn, &claim, lease).await {
