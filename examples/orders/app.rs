@@ -44,19 +44,17 @@ pub(crate) async fn setup<DB: Store>(pool: &Pool<DB>) -> Result<(), MigrateError
 /// Registers idem, the pool, the extractor error handlers and the order routes.
 ///
 /// The handlers are generic over the database, which actix's route attributes do not
-/// support, so each route is registered here with `web::resource`; a non-generic handler
-/// with a route attribute goes in with `.service(handler)` as usual.
+/// support, so each route is registered here with `.route(path, method)`, one line per
+/// route (each is a resource guarded by its method, like a route attribute makes). A
+/// non-generic handler with a route attribute goes in with `.service(handler)` as usual.
 pub(crate) fn configure<DB: Store>(cfg: &mut web::ServiceConfig, idem: &idem::Idem<DB>) {
     cfg.app_data(idem.clone())
         .app_data(web::Data::new(idem.pool().clone()))
         .app_data(web::JsonConfig::default().error_handler(json_error))
         .app_data(web::PathConfig::default().error_handler(|_, _| AppError::NotFound.into()))
-        .service(
-            web::resource("/orders")
-                .route(web::post().to(create_order::<DB>))
-                .route(web::get().to(list_orders::<DB>)),
-        )
-        .service(web::resource("/orders/{id}").route(web::get().to(get_order::<DB>)));
+        .route("/orders", web::post().to(create_order::<DB>))
+        .route("/orders", web::get().to(list_orders::<DB>))
+        .route("/orders/{id}", web::get().to(get_order::<DB>));
 }
 
 /// The caller, from `X-Account-Id: <positive 64-bit integer>`.
@@ -441,8 +439,10 @@ pub(crate) trait Store: idem::Backend {
     ) -> impl Future<Output = sqlx::Result<Order>>;
 
     /// The account's orders, oldest first.
-    fn list_orders(pool: &Pool<Self>, account: i64)
-    -> impl Future<Output = sqlx::Result<Vec<Order>>>;
+    fn list_orders(
+        pool: &Pool<Self>,
+        account: i64,
+    ) -> impl Future<Output = sqlx::Result<Vec<Order>>>;
 
     /// One order of the account.
     fn get_order(

@@ -72,15 +72,13 @@ impl Settings {
     }
 }
 
-/// Registers the payment routes, the provider's route and their settings (with
-/// `web::resource`, as the handlers are generic over the database).
+/// Registers the payment routes, the provider's route and their settings (one
+/// `.route(path, method)` per route, as the handlers are generic over the database).
 pub(crate) fn configure<DB: PaymentStore>(cfg: &mut web::ServiceConfig, settings: Settings) {
     cfg.app_data(web::Data::new(settings))
-        .service(web::resource("/payments").route(web::post().to(create_payment::<DB>)))
-        .service(web::resource("/payments/{id}").route(web::get().to(get_payment::<DB>)))
-        .service(
-            web::resource("/provider/charges").route(web::post().to(provider_charge::<DB>)),
-        );
+        .route("/payments", web::post().to(create_payment::<DB>))
+        .route("/payments/{id}", web::get().to(get_payment::<DB>))
+        .route("/provider/charges", web::post().to(provider_charge::<DB>));
 }
 
 /// A payment as the API shows it; also each phase's recorded output.
@@ -120,9 +118,13 @@ async fn create_payment<DB: PaymentStore>(
 ) -> Result<HttpResponse, PaymentError> {
     let created: Payment = phases
         .run("payment_created", async |mut tx| {
-            let created =
-                DB::insert_payment(&mut tx, account.id(), payment.amount_cents, &payment.currency)
-                    .await?;
+            let created = DB::insert_payment(
+                &mut tx,
+                account.id(),
+                payment.amount_cents,
+                &payment.currency,
+            )
+            .await?;
             Ok::<_, PaymentError>(created)
         })
         .await?;

@@ -114,7 +114,6 @@ impl Expiry {
 }
 
 impl<DB: Backend> Expiry<DB> {
-
     /// An expiry task on `pool`: a sweep every 60 s, batches of 1000 rows, 20 ms between
     /// batches.
     ///
@@ -1010,7 +1009,10 @@ mod tests {
         let all: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         let latest = *versions().last().unwrap();
         assert_eq!(
-            compare(&crate::migrate::migrator::<DefaultBackend>(), &applied(&all)),
+            compare(
+                &crate::migrate::migrator::<DefaultBackend>(),
+                &applied(&all)
+            ),
             SchemaStatus::Current { version: latest }
         );
     }
@@ -1028,7 +1030,10 @@ mod tests {
         let mut rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         rows.push((latest + 1, true));
         assert_eq!(
-            compare(&crate::migrate::migrator::<DefaultBackend>(), &applied(&rows)),
+            compare(
+                &crate::migrate::migrator::<DefaultBackend>(),
+                &applied(&rows)
+            ),
             SchemaStatus::Ahead {
                 version: latest + 1,
                 expected: latest
@@ -1040,7 +1045,10 @@ mod tests {
     fn failed_and_modified_migrations_are_named() {
         let first = versions()[0];
         assert_eq!(
-            compare(&crate::migrate::migrator::<DefaultBackend>(), &applied(&[(first, false)])),
+            compare(
+                &crate::migrate::migrator::<DefaultBackend>(),
+                &applied(&[(first, false)])
+            ),
             SchemaStatus::Failed { version: first }
         );
         let rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();

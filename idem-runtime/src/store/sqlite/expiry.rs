@@ -42,14 +42,10 @@ pub(crate) async fn delete_batch(pool: &SqlitePool, statement: &str) -> sqlx::Re
 
 /// SQLite's plan for a batch (`EXPLAIN QUERY PLAN`, which does not run it), one line
 /// per step.
-pub(crate) async fn explain_batch(
-    pool: &SqlitePool,
-    batch_size: u32,
-) -> sqlx::Result<Vec<String>> {
+pub(crate) async fn explain_batch(pool: &SqlitePool, batch_size: u32) -> sqlx::Result<Vec<String>> {
     let sql = format!("EXPLAIN QUERY PLAN {}", batch_statement(batch_size));
-    let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(AssertSqlSafe(sql))
-        .fetch_all(pool)
-        .await?;
+    let rows: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await?;
     Ok(rows.into_iter().map(|row| row.3).collect())
 }
 
@@ -115,8 +111,7 @@ type InProgressRow = (String, String, String, i64, Option<i64>);
 
 /// Page bytes from the `dbstat` table (compiled into the bundled SQLite): the table's
 /// b-tree with its overflow pages (where large response bodies live), and each index.
-const TABLE_SIZE: &str =
-    "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'idem_keys'";
+const TABLE_SIZE: &str = "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'idem_keys'";
 
 const INDEX_SIZES: &str = "\
 SELECT m.name, coalesce((SELECT sum(pgsize) FROM dbstat d WHERE d.name = m.name), 0)

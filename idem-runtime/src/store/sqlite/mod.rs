@@ -132,11 +132,15 @@ struct Beginning(Option<PoolConnection<Sqlite>>);
 
 impl Beginning {
     fn conn(&mut self) -> &mut SqliteConnection {
-        self.0.as_mut().expect("the connection is taken only at the end")
+        self.0
+            .as_mut()
+            .expect("the connection is taken only at the end")
     }
 
     fn finish(mut self) -> PoolConnection<Sqlite> {
-        self.0.take().expect("the connection is taken only at the end")
+        self.0
+            .take()
+            .expect("the connection is taken only at the end")
     }
 }
 
@@ -179,11 +183,7 @@ impl Backend for Sqlite {
         // sqlx does not know of the transaction `BEGIN IMMEDIATE` opened; handing it
         // another statement to "begin" with (the restore) makes it adopt the open
         // transaction, so commit, rollback and rollback-on-drop work as usual.
-        Transaction::begin(
-            begun.finish(),
-            Some(AssertSqlSafe(restore).into_sql_str()),
-        )
-        .await
+        Transaction::begin(begun.finish(), Some(AssertSqlSafe(restore).into_sql_str())).await
     }
 
     async fn claim(
