@@ -42,12 +42,14 @@ fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
                 7 * 24 * 3600,
                 None
             ),
+            // Generic over the database, so registered with `.route(..)`, without a
+            // route attribute for the registry to see.
             (
                 "app".to_owned(),
                 "create_order",
                 "account",
                 24 * 3600,
-                Some(("POST", "/orders"))
+                None
             ),
         ]
     );
