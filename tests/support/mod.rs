@@ -71,6 +71,12 @@ pub(crate) trait TestBackend: app::Store {
     /// A fresh, empty database and a pool of [`POOL_SIZE`] to it.
     fn open() -> impl Future<Output = (Self::Db, Pool<Self>)>;
 
+    /// The database's URL, for a child process.
+    fn url(db: &Self::Db) -> String;
+
+    /// The text column `sql` returns, row by row.
+    fn texts(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<String>>;
+
     /// The one integer `sql` returns.
     fn scalar(pool: &Pool<Self>, sql: &str) -> impl Future<Output = i64>;
 
@@ -95,6 +101,17 @@ macro_rules! test_backend {
                 let db = $open;
                 let pool = db.pool(POOL_SIZE).await;
                 (db, pool)
+            }
+
+            fn url(db: &$test_db) -> String {
+                db.url().to_owned()
+            }
+
+            async fn texts(pool: &Pool<Self>, sql: &str) -> Vec<String> {
+                sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+                    .fetch_all(pool)
+                    .await
+                    .unwrap_or_else(|error| panic!("{sql}: {error}"))
             }
 
             async fn scalar(pool: &Pool<Self>, sql: &str) -> i64 {

@@ -78,11 +78,14 @@ const RECORD_PHASE: &str = concat!(
 RETURNING 1"
 );
 
+/// `recorded_at` grows strictly within a key even when SQLite's millisecond clock does
+/// not move between two phases, so the phases read back in the order they committed.
 const INSERT_PHASE: &str = concat!(
     "INSERT INTO idem_phases (scope, idem_key, phase, output, fencing_token, recorded_at)
-VALUES ($1, $2, $3, $4, $5, ",
+VALUES ($1, $2, $3, $4, $5, max(",
     now!(),
-    ")"
+    ", (SELECT coalesce(max(recorded_at), 0) + 1 FROM idem_phases
+                  WHERE scope = $1 AND idem_key = $2)))"
 );
 
 const EXTEND_LEASE: &str = concat!(
