@@ -428,7 +428,10 @@ impl ResponseError for AppError {
 
 /// The example's SQL for one database: implemented for PostgreSQL and SQLite below.
 pub(crate) trait Store: idem::Backend {
-    /// Applies the example's own migrations (`examples/orders/migrations/<backend>`).
+    /// The example's own migrations (`examples/orders/migrations/<backend>`).
+    fn app_migrator() -> &'static Migrator;
+
+    /// Applies [`app_migrator`](Self::app_migrator).
     fn migrate_app(pool: &Pool<Self>) -> impl Future<Output = Result<(), MigrateError>>;
 
     /// Inserts an order in the request's transaction.
@@ -458,9 +461,13 @@ pub(crate) trait Store: idem::Backend {
 macro_rules! store {
     ($db:ty, $migrations:literal, $created_at:literal) => {
         impl Store for $db {
-            async fn migrate_app(pool: &Pool<Self>) -> Result<(), MigrateError> {
+            fn app_migrator() -> &'static Migrator {
                 static MIGRATOR: Migrator = sqlx::migrate!($migrations);
-                MIGRATOR.run(pool).await
+                &MIGRATOR
+            }
+
+            async fn migrate_app(pool: &Pool<Self>) -> Result<(), MigrateError> {
+                Self::app_migrator().run(pool).await
             }
 
             async fn insert_order(
