@@ -37,6 +37,7 @@ pub(crate) const POOL_SIZE: u32 = 25;
 
 /// Instantiates each generic test `name::<DB>()` once per database, as
 /// `postgres::name` and `sqlite::name`, so one test command runs both.
+#[allow(unused_macros)] // Each test file uses the part of this module it needs.
 macro_rules! backend_tests {
     ($($name:ident),+ $(,)?) => {
         mod postgres {
@@ -57,6 +58,7 @@ macro_rules! backend_tests {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use backend_tests;
 
 /// `(scope, key, state, response_status)` of a key row.
