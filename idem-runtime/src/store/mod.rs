@@ -35,6 +35,11 @@ pub type DefaultBackend = sqlx::Sqlite;
 /// `postgres`) and [`sqlx::Sqlite`] (feature `sqlite`).
 ///
 /// The trait is sealed: its methods are idem's storage protocol, not an extension point.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a database idem keeps keys in",
+    label = "name `sqlx::Postgres` or `sqlx::Sqlite` here",
+    note = "the type parameter of `idem::Tx` and `idem::Phases` names the database of the `Idem` the app registers"
+)]
 pub trait Backend: sqlx::Database + sealed::Sealed {
     /// What opens a request's transaction with `claim_wait` as the longest wait for a
     /// key held by another request; computed once per setting, not per request.
