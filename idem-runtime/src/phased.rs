@@ -377,6 +377,11 @@ impl<DB: Backend> Lease<DB> {
     /// retry has already taken the attempt over: stop working, nothing more it writes
     /// will be recorded.
     ///
+    /// On SQLite, which has one writer at a time, extend before the phase's first write:
+    /// once the phase has written, its transaction holds the write lock, the extension
+    /// waits for it until the busy timeout and the attempt ends as a storage failure.
+    /// (While the phase holds the lock, no retry can take the key over either.)
+    ///
     /// ```
     /// # async fn f(lease: &idem_runtime::Lease) -> Result<(), idem_runtime::PhaseError> {
     /// lease.extend().await?;
