@@ -135,8 +135,9 @@ pub use idem_runtime::{
     schema_status,
 };
 pub use idem_runtime::{
-    Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem, IdempotencyKey, InvalidJson,
-    KeyError, MAX_KEY_LEN, MIGRATIONS_TABLE, Policy, ScopeKey, Tx, migrate, policies, problem,
+    Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
+    IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, MIGRATIONS_TABLE, Policy, ScopeKey, Tx,
+    migrate, policies, problem,
 };
 pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,

@@ -230,7 +230,7 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     fn applied_migrations(
         pool: &Pool<Self>,
-    ) -> impl Future<Output = Result<Option<Vec<(i64, bool, Vec<u8>)>>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Option<Vec<AppliedMigration>>, sqlx::Error>> + Send;
 
     /// Counts by state and age, the oldest key in progress, sizes on disk.
     #[doc(hidden)]
@@ -253,6 +253,9 @@ mod sealed {
     #[cfg(feature = "sqlite")]
     impl Sealed for sqlx::Sqlite {}
 }
+
+/// `(version, success, checksum)` of a row of idem's migration history.
+pub(crate) type AppliedMigration = (i64, bool, Vec<u8>);
 
 /// Everything a claim writes about a request.
 #[doc(hidden)]

@@ -95,7 +95,7 @@ pub(crate) async fn count_deletable(pool: &PgPool) -> sqlx::Result<u64> {
 /// version; `None` when the history table does not exist.
 pub(crate) async fn applied_migrations(
     pool: &PgPool,
-) -> sqlx::Result<Option<Vec<(i64, bool, Vec<u8>)>>> {
+) -> sqlx::Result<Option<Vec<crate::store::AppliedMigration>>> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(MIGRATIONS_TABLE)
         .fetch_one(pool)

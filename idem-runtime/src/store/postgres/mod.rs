@@ -304,7 +304,7 @@ impl Backend for Postgres {
 
     async fn applied_migrations(
         pool: &PgPool,
-    ) -> Result<Option<Vec<(i64, bool, Vec<u8>)>>, sqlx::Error> {
+    ) -> Result<Option<Vec<super::AppliedMigration>>, sqlx::Error> {
         expiry::applied_migrations(pool).await
     }
 

@@ -62,7 +62,7 @@ pub(crate) async fn count_deletable(pool: &SqlitePool) -> sqlx::Result<u64> {
 /// version; `None` when the history table does not exist.
 pub(crate) async fn applied_migrations(
     pool: &SqlitePool,
-) -> sqlx::Result<Option<Vec<(i64, bool, Vec<u8>)>>> {
+) -> sqlx::Result<Option<Vec<crate::store::AppliedMigration>>> {
     let exists: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = $1)",
     )

@@ -371,7 +371,7 @@ impl Backend for Sqlite {
 
     async fn applied_migrations(
         pool: &SqlitePool,
-    ) -> Result<Option<Vec<(i64, bool, Vec<u8>)>>, sqlx::Error> {
+    ) -> Result<Option<Vec<super::AppliedMigration>>, sqlx::Error> {
         expiry::applied_migrations(pool).await
     }
 
