@@ -90,12 +90,16 @@ pub(crate) trait TestBackend: app::Store {
 
     /// `expires_at - created_at` of every key row, in seconds.
     fn retentions(pool: &Pool<Self>) -> impl Future<Output = Vec<i64>>;
+
+    /// The key row's `(state, recovery_point, fencing_token, lease held now)`.
+    fn key_state(pool: &Pool<Self>, key: &str)
+    -> impl Future<Output = (String, String, i64, bool)>;
 }
 
 /// Implements [`TestBackend`]: the same statements on both databases, but for how a
-/// retention is read from the two timestamps.
+/// retention is read from the two timestamps and how a lease is compared with now.
 macro_rules! test_backend {
-    ($db:ty, $test_db:ty, $open:expr, $retention:literal) => {
+    ($db:ty, $test_db:ty, $open:expr, $retention:literal, $leased:literal) => {
         impl TestBackend for $db {
             type Db = $test_db;
 
@@ -138,6 +142,18 @@ macro_rules! test_backend {
                     .expect("read idem_keys")
             }
 
+            async fn key_state(pool: &Pool<Self>, key: &str) -> (String, String, i64, bool) {
+                sqlx::query_as(concat!(
+                    "SELECT state, recovery_point, fencing_token, ",
+                    $leased,
+                    " FROM idem_keys WHERE idem_key = $1"
+                ))
+                .bind(key)
+                .fetch_one(pool)
+                .await
+                .expect("read the key row")
+            }
+
             async fn retentions(pool: &Pool<Self>) -> Vec<i64> {
                 sqlx::query_scalar(concat!("SELECT ", $retention, " FROM idem_keys"))
                     .fetch_all(pool)
@@ -152,13 +168,15 @@ test_backend!(
     Postgres,
     TestDb,
     TestDb::new().await,
-    "extract(epoch FROM expires_at - created_at)::int8"
+    "extract(epoch FROM expires_at - created_at)::int8",
+    "coalesce(locked_until > clock_timestamp(), false)"
 );
 test_backend!(
     Sqlite,
     TestSqlite,
     TestSqlite::new(),
-    "(expires_at - created_at) / 1000000"
+    "(expires_at - created_at) / 1000000",
+    "coalesce(locked_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0)"
 );
 
 /// A fresh database with idem's and the example's migrations applied.
