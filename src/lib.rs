@@ -1,4 +1,5 @@
-//! Idempotency keys for actix-web handlers, enforced by PostgreSQL.
+//! Idempotency keys for actix-web handlers, enforced by the database: PostgreSQL (feature
+//! `postgres`), or SQLite compiled in (feature `sqlite`); both are on by default.
 //!
 //! A client may send the same request any number of times, concurrently or after a
 //! timeout; the handler's side effect happens once and every attempt gets the same
@@ -77,6 +78,11 @@
 //!
 //! A parameter of type [`Tx`] receives the transaction that holds the key row. Queries
 //! run on `&mut *tx`; a helper taking `&mut sqlx::PgConnection` accepts `&mut tx`.
+//! The type names the database: `idem::Tx` is PostgreSQL (the [`DefaultBackend`]),
+//! `idem::Tx<'_, sqlx::Sqlite>` SQLite, and the [`Idem`] registered with the app must be
+//! built on a pool of the same database. On SQLite, writers take turns: each request's
+//! transaction is `BEGIN IMMEDIATE`, and one that cannot get the write lock within
+//! [`Idem::claim_wait`] is answered 409 with `Retry-After: 1`.
 //! Passing `&mut tx` straight to `fetch_one` does not compile: `Tx` is not itself an
 //! sqlx executor, the connection it dereferences to is.
 //!
@@ -189,8 +195,9 @@ pub use idem_runtime::{
     schema_status,
 };
 pub use idem_runtime::{
-    Backend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem, IdempotencyKey, InvalidJson,
-    KeyError, MAX_KEY_LEN, MIGRATIONS_TABLE, Policy, ScopeKey, Tx, migrate, policies, problem,
+    Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
+    IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, MIGRATIONS_TABLE, Policy, ScopeKey, Tx,
+    migrate, policies, problem,
 };
 pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,

@@ -3,7 +3,9 @@
 
 mod support;
 
-use support::{ALICE, Env, Reply, TestApp, order_json, post_order, post_raw_key, post_unkeyed};
+use support::{
+    ALICE, Env, Reply, TestApp, TestBackend, order_json, post_order, post_raw_key, post_unkeyed,
+};
 
 async fn send_raw(app: &TestApp, key: &[u8]) -> Reply {
     app.call(post_raw_key(
@@ -15,9 +17,8 @@ async fn send_raw(app: &TestApp, key: &[u8]) -> Reply {
     .await
 }
 
-#[actix_web::test]
-async fn a_missing_key_is_400_key_missing() {
-    let env = Env::new().await;
+async fn a_missing_key_is_400_key_missing<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let reply = app
         .call(post_unkeyed("/orders", ALICE, &order_json("tea", 1, 100)))
@@ -32,9 +33,8 @@ async fn a_missing_key_is_400_key_missing() {
     assert_eq!(env.orders().await, 0);
 }
 
-#[actix_web::test]
-async fn every_malformed_key_is_400_key_invalid_and_stores_nothing() {
-    let env = Env::new().await;
+async fn every_malformed_key_is_400_key_invalid_and_stores_nothing<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let too_long = "k".repeat(256);
     let too_long_quoted = format!("\"{too_long}\"");
@@ -83,9 +83,8 @@ async fn every_malformed_key_is_400_key_invalid_and_stores_nothing() {
     assert_eq!(env.orders().await, 0, "the handler never ran");
 }
 
-#[actix_web::test]
-async fn a_255_character_key_is_accepted_in_either_form() {
-    let env = Env::new().await;
+async fn a_255_character_key_is_accepted_in_either_form<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let key = "k".repeat(255);
 
@@ -99,3 +98,9 @@ async fn a_255_character_key_is_accepted_in_either_form() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].1, key, "stored as sent, unquoted");
 }
+
+support::backend_tests!(
+    a_missing_key_is_400_key_missing,
+    every_malformed_key_is_400_key_invalid_and_stores_nothing,
+    a_255_character_key_is_accepted_in_either_form,
+);

@@ -73,7 +73,7 @@ fn client(wire: &Arc<Wire>) -> ClientWithMiddleware {
 #[tokio::test]
 async fn a_lost_answer_is_retried_with_the_same_key_and_replayed() {
     let db = TestDb::new().await;
-    let example = Example::start(&db, None).await;
+    let example = Example::start(db.url(), None).await;
     let wire = Arc::new(Wire {
         lose_first_answer: true,
         ..Wire::default()
@@ -100,7 +100,7 @@ async fn a_lost_answer_is_retried_with_the_same_key_and_replayed() {
 #[tokio::test]
 async fn a_duplicate_in_flight_waits_out_the_409_and_gets_the_replay() {
     let db = TestDb::new().await;
-    let example = Example::start(&db, None).await;
+    let example = Example::start(db.url(), None).await;
     let pool = db.pool(1).await;
     let url = format!("{}/orders?delay_ms=3000", example.base);
     let body = order_json("green tea", 2, 1299);
@@ -159,7 +159,7 @@ async fn a_duplicate_in_flight_waits_out_the_409_and_gets_the_replay() {
 #[tokio::test]
 async fn a_key_reused_for_another_request_gets_422_once() {
     let db = TestDb::new().await;
-    let example = Example::start(&db, None).await;
+    let example = Example::start(db.url(), None).await;
     let wire = Arc::new(Wire::default());
     let client = client(&wire);
     let send = |body: String| {

@@ -4,11 +4,10 @@
 mod support;
 
 use support::app::CARD_LIMIT_CENTS;
-use support::{ALICE, Env, order_json, post_order};
+use support::{ALICE, Env, TestBackend, order_json, post_order};
 
-#[actix_web::test]
-async fn a_declined_card_is_stored_and_replayed() {
-    let env = Env::new().await;
+async fn a_declined_card_is_stored_and_replayed<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let body = order_json("yacht", 1, CARD_LIMIT_CENTS + 1);
 
@@ -52,9 +51,8 @@ async fn a_declined_card_is_stored_and_replayed() {
     assert_eq!(env.orders().await, 0);
 }
 
-#[actix_web::test]
-async fn the_card_limit_itself_is_accepted() {
-    let env = Env::new().await;
+async fn the_card_limit_itself_is_accepted<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let reply = app
         .call(post_order(
@@ -67,3 +65,8 @@ async fn the_card_limit_itself_is_accepted() {
     assert_eq!(reply.json()["amount_cents"], 1_000_000);
     assert_eq!(env.orders().await, 1);
 }
+
+support::backend_tests!(
+    a_declined_card_is_stored_and_replayed,
+    the_card_limit_itself_is_accepted,
+);

@@ -25,7 +25,7 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 #[tokio::test]
 async fn the_example_serves_metrics_and_its_openapi_document() {
     let db = TestDb::new().await;
-    let example = Example::start(&db, None).await;
+    let example = Example::start(db.url(), None).await;
     let client = reqwest::Client::new();
     let order = || {
         client

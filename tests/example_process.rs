@@ -1,16 +1,16 @@
 //! `cargo run --example orders` as a client meets it: the real binary, started with
-//! `DATABASE_URL` and `BIND_ADDR`, spoken to over HTTP.
+//! `DATABASE_URL` (PostgreSQL or SQLite, or none) and `BIND_ADDR`, spoken to over HTTP.
 
 mod phased_support;
 mod support;
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use idem_testkit::TestDb;
 use phased_support::{example_binary, free_port};
 use serde_json::Value;
-use support::{ALICE, APP_PROBLEM, order_json};
+use support::{ALICE, APP_PROBLEM, TestBackend, order_json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -18,11 +18,17 @@ use tokio::process::{Child, Command};
 const STARTUP: Duration = Duration::from_secs(30);
 
 /// Starts the example on a free port and waits for it to say it serves; returns the
-/// child (killed when dropped) and its base URL.
-async fn start_example(db: &TestDb) -> (Child, String) {
+/// child (killed when dropped) and its base URL. Without `database_url` it runs in `dir`
+/// with `DATABASE_URL` unset.
+async fn start_example(database_url: Option<&str>, dir: &Path) -> (Child, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut child = Command::new(example_binary())
-        .env("DATABASE_URL", db.url())
+    let mut command = Command::new(example_binary());
+    match database_url {
+        Some(url) => command.env("DATABASE_URL", url),
+        None => command.env_remove("DATABASE_URL"),
+    };
+    let mut child = command
+        .current_dir(dir)
         .env("BIND_ADDR", &addr)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -81,10 +87,9 @@ async fn send(request: reqwest::RequestBuilder) -> HttpReply {
     }
 }
 
-#[tokio::test]
-async fn the_example_serves_the_protocol_over_http() {
-    let db = TestDb::new().await;
-    let (mut child, base) = start_example(&db).await;
+async fn the_example_serves_the_protocol_over_http<DB: TestBackend>() {
+    let (db, pool) = DB::open().await;
+    let (mut child, base) = start_example(Some(&DB::url(&db)), &std::env::temp_dir()).await;
     let client = reqwest::Client::new();
     let body = order_json("green tea", 2, 1299);
     let create = || {
@@ -161,27 +166,58 @@ async fn the_example_serves_the_protocol_over_http() {
     assert_eq!(anonymous_get.status, 401);
 
     // The example applied both histories, each in its own table.
-    let pool = db.pool(1).await;
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
-        .fetch_one(&pool)
-        .await
-        .expect("count");
-    assert_eq!(orders, 1);
-    let histories: (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM _sqlx_migrations), (SELECT count(*) FROM _idem_migrations)",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("both history tables exist");
+    assert_eq!(DB::scalar(&pool, "SELECT count(*) FROM orders").await, 1);
+    let histories = (
+        DB::scalar(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
+        DB::scalar(&pool, "SELECT count(*) FROM _idem_migrations").await,
+    );
     assert!(histories.0 >= 1 && histories.1 >= 1, "{histories:?}");
 
     child.kill().await.expect("stop the example");
 }
 
+support::backend_tests!(the_example_serves_the_protocol_over_http);
+
+/// The newcomer's `cargo run --example orders`: no `DATABASE_URL`, so a SQLite file in
+/// the current directory, named at startup; the orders survive a restart.
 #[tokio::test]
-async fn without_database_url_it_exits_with_a_clear_message() {
+async fn without_database_url_it_keeps_orders_in_a_sqlite_file() {
+    let dir = idem_testkit::TestSqlite::new();
+    let cwd = dir.path().parent().expect("the database's directory");
+    let create = |base: &str| {
+        reqwest::Client::new()
+            .post(format!("{base}/orders"))
+            .header("x-account-id", ALICE.to_string())
+            .header("idempotency-key", "first-run")
+            .header("content-type", "application/json")
+            .body(order_json("tea", 1, 100))
+    };
+
+    let (mut child, base) = start_example(None, cwd).await;
+    let created = send(create(&base)).await;
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    child.kill().await.expect("stop the example");
+    assert!(
+        cwd.join("orders.db").exists(),
+        "the default file is orders.db"
+    );
+
+    let (mut child, base) = start_example(None, cwd).await;
+    let replayed = send(create(&base)).await;
+    assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replayed.body, created.body, "the key survived the restart");
+    child.kill().await.expect("stop the example");
+}
+
+#[tokio::test]
+async fn an_unknown_database_url_exits_with_a_clear_message() {
     let output = Command::new(example_binary())
-        .env_remove("DATABASE_URL")
+        .env("DATABASE_URL", "mysql://localhost/orders")
         .env("BIND_ADDR", format!("127.0.0.1:{}", free_port()))
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -193,8 +229,8 @@ async fn without_database_url_it_exits_with_a_clear_message() {
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("DATABASE_URL is not set"),
-        "the message names the variable: {stderr}"
+        stderr.contains("DATABASE_URL must start with postgres://"),
+        "the message names the variable and the choices: {stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(output.stdout.is_empty(), "it did not start serving");

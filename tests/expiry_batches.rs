@@ -2,14 +2,18 @@
 //! pauses between them.
 
 mod expiry_support;
+mod support;
 
 use std::time::Duration;
 
-use expiry_support::{Keys, Lease};
+use expiry_support::{Keys, KeysBackend, Lease};
 use idem::Expiry;
 
 /// Sweeps with `batch_size`; returns the rows each batch deleted, in order.
-async fn batches(keys: &Keys, batch_size: u32) -> (idem::SweepReport, Vec<u64>) {
+async fn batches<DB: KeysBackend>(
+    keys: &Keys<DB>,
+    batch_size: u32,
+) -> (idem::SweepReport, Vec<u64>) {
     let mut sizes = Vec::new();
     let mut deleted_before = 0;
     let report = Expiry::new(keys.pool.clone())
@@ -24,9 +28,8 @@ async fn batches(keys: &Keys, batch_size: u32) -> (idem::SweepReport, Vec<u64>) 
     (report, sizes)
 }
 
-#[tokio::test]
-async fn batches_are_bounded_by_the_batch_size() {
-    let keys = Keys::new(2).await;
+async fn batches_are_bounded_by_the_batch_size<DB: KeysBackend>() {
+    let keys = Keys::<DB>::open(2).await;
     keys.insert("due", 2500, -60, Lease::None).await;
     keys.insert("kept", 300, 3600, Lease::None).await;
 
@@ -55,9 +58,8 @@ async fn batches_are_bounded_by_the_batch_size() {
     assert_eq!(keys.total().await, 300);
 }
 
-#[tokio::test]
-async fn a_sweep_pauses_between_batches() {
-    let keys = Keys::new(2).await;
+async fn a_sweep_pauses_between_batches<DB: KeysBackend>() {
+    let keys = Keys::<DB>::open(2).await;
     keys.insert("due", 50, -60, Lease::None).await;
     let pause = Duration::from_millis(100);
     let report = Expiry::new(keys.pool.clone())
@@ -74,3 +76,8 @@ async fn a_sweep_pauses_between_batches() {
         report.duration
     );
 }
+
+support::backend_tests!(
+    batches_are_bounded_by_the_batch_size,
+    a_sweep_pauses_between_batches,
+);

@@ -6,12 +6,11 @@ mod support;
 
 use std::time::Duration;
 
-use expiry_support::{Keys, Lease};
+use expiry_support::{Keys, KeysBackend, Lease};
 use idem::Expiry;
 
-#[tokio::test]
-async fn expired_keys_go_and_live_or_leased_keys_stay() {
-    let keys = Keys::new(2).await;
+async fn expired_keys_go_and_live_or_leased_keys_stay<DB: KeysBackend>() {
+    let keys = Keys::<DB>::open(2).await;
     // Gone: past retention, completed or with a lease that ran out.
     keys.insert("old", 50, -3600, Lease::None).await;
     keys.insert("just-expired", 5, -1, Lease::None).await;
@@ -44,19 +43,15 @@ async fn expired_keys_go_and_live_or_leased_keys_stay() {
     assert_eq!(again.rows_deleted, 0, "nothing else is due");
 
     // Once the lease runs out, the expired in-progress keys go too.
-    sqlx::query(
-        "UPDATE idem_keys SET locked_until = now() - interval '1 second' \
-         WHERE idem_key LIKE 'held-by-lease-%'",
-    )
-    .execute(&keys.pool)
-    .await
-    .expect("end the leases");
+    keys.end_leases("held-by-lease").await;
     let after_lease = expiry.sweep_once().await.expect("sweep after the lease");
     assert_eq!(after_lease.rows_deleted, 10);
     assert_eq!(keys.left("held-by-lease").await, 0);
     assert_eq!(keys.left("young-lease").await, 3, "still within retention");
     assert_eq!(keys.left("fresh").await, 40);
 }
+
+support::backend_tests!(expired_keys_go_and_live_or_leased_keys_stay);
 
 /// Through the example service: a key past its retention is swept, and the client may
 /// then use it for a new request, which runs the handler again.

@@ -7,11 +7,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join;
-use support::{ALICE, Env, post};
+use support::{ALICE, Env, TestBackend, post};
 
-#[actix_web::test]
-async fn a_duplicate_during_the_first_gets_409_then_replays() {
-    let env = Env::new().await;
+async fn a_duplicate_during_the_first_gets_409_then_replays<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let idem = env.idem().claim_wait(Duration::from_millis(200));
     let app = support::service(&idem).await;
     let body = support::order_json("tea", 1, 100);
@@ -65,3 +64,5 @@ async fn a_duplicate_during_the_first_gets_409_then_replays() {
     retry.assert_replay_of(&first);
     assert_eq!(env.orders().await, 1);
 }
+
+support::backend_tests!(a_duplicate_during_the_first_gets_409_then_replays,);

@@ -4,11 +4,10 @@
 
 mod support;
 
-use support::{ALICE, Env, order_json, post_order};
+use support::{ALICE, Env, TestBackend, order_json, post_order};
 
-#[actix_web::test]
-async fn a_request_body_over_the_limit_is_413_and_stores_nothing() {
-    let env = Env::new().await;
+async fn a_request_body_over_the_limit_is_413_and_stores_nothing<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let body = order_json("tea", 1, 100);
     let small = support::service(&env.idem().max_request_bytes(body.len() - 1)).await;
     small
@@ -26,9 +25,8 @@ async fn a_request_body_over_the_limit_is_413_and_stores_nothing() {
     assert_eq!(env.orders().await, 1);
 }
 
-#[actix_web::test]
-async fn a_response_over_the_stored_limit_rolls_back() {
-    let env = Env::new().await;
+async fn a_response_over_the_stored_limit_rolls_back<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let body = order_json("tea", 1, 100);
     let small = support::service(&env.idem().max_stored_bytes(16)).await;
     let reply = small.call(post_order(ALICE, "k", &body)).await;
@@ -49,3 +47,8 @@ async fn a_response_over_the_stored_limit_rolls_back() {
         .assert_replay_of(&created);
     assert_eq!(env.orders().await, 1);
 }
+
+support::backend_tests!(
+    a_request_body_over_the_limit_is_413_and_stores_nothing,
+    a_response_over_the_stored_limit_rolls_back,
+);

@@ -4,10 +4,10 @@
 
 mod support;
 
-use support::{ALICE, Env, Reply, order_json, post, post_order};
+use support::{ALICE, Env, Reply, TestBackend, order_json, post, post_order};
 
 /// After a refused request, the same key with a valid body runs the handler.
-async fn assert_key_unused(env: &Env, app: &support::TestApp, key: &str) {
+async fn assert_key_unused<DB: TestBackend>(env: &Env<DB>, app: &support::TestApp, key: &str) {
     assert_eq!(env.keys().await, 0, "no key row after a refused body");
     assert_eq!(env.orders().await, 0);
     let ok = app
@@ -17,9 +17,8 @@ async fn assert_key_unused(env: &Env, app: &support::TestApp, key: &str) {
     assert_eq!(env.orders().await, 1);
 }
 
-#[actix_web::test]
-async fn malformed_json_is_400_and_the_key_stays_unused() {
-    let env = Env::new().await;
+async fn malformed_json_is_400_and_the_key_stays_unused<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
 
     for body in [r#"{"item": "tea", "quantity": "#, "not json", "", "{]"] {
@@ -34,9 +33,8 @@ async fn malformed_json_is_400_and_the_key_stays_unused() {
     assert_key_unused(&env, &app, "k").await;
 }
 
-#[actix_web::test]
-async fn an_invalid_order_is_422_and_the_key_stays_unused() {
-    let env = Env::new().await;
+async fn an_invalid_order_is_422_and_the_key_stays_unused<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
 
     for (body, says) in [
@@ -69,9 +67,8 @@ async fn an_invalid_order_is_422_and_the_key_stays_unused() {
     assert_key_unused(&env, &app, "k").await;
 }
 
-#[actix_web::test]
-async fn a_body_not_sent_as_json_is_415_and_the_key_stays_unused() {
-    let env = Env::new().await;
+async fn a_body_not_sent_as_json_is_415_and_the_key_stays_unused<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let req = post_order(ALICE, "k", &order_json("tea", 1, 100))
         .insert_header(("content-type", "text/plain"));
@@ -81,9 +78,8 @@ async fn a_body_not_sent_as_json_is_415_and_the_key_stays_unused() {
     assert_key_unused(&env, &app, "k").await;
 }
 
-#[actix_web::test]
-async fn a_bad_test_hook_is_400_and_the_key_stays_unused() {
-    let env = Env::new().await;
+async fn a_bad_test_hook_is_400_and_the_key_stays_unused<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     for uri in [
         "/orders?delay_ms=5001",
@@ -99,9 +95,8 @@ async fn a_bad_test_hook_is_400_and_the_key_stays_unused() {
     assert_key_unused(&env, &app, "k").await;
 }
 
-#[actix_web::test]
-async fn a_missing_account_is_401_and_the_key_stays_unused() {
-    let env = Env::new().await;
+async fn a_missing_account_is_401_and_the_key_stays_unused<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     for account in [
         None,
@@ -124,3 +119,11 @@ async fn a_missing_account_is_401_and_the_key_stays_unused() {
     }
     assert_key_unused(&env, &app, "k").await;
 }
+
+support::backend_tests!(
+    malformed_json_is_400_and_the_key_stays_unused,
+    an_invalid_order_is_422_and_the_key_stays_unused,
+    a_body_not_sent_as_json_is_415_and_the_key_stays_unused,
+    a_bad_test_hook_is_400_and_the_key_stays_unused,
+    a_missing_account_is_401_and_the_key_stays_unused,
+);

@@ -5,65 +5,93 @@
 mod support;
 
 use idem_testkit::TestDb;
-use sqlx::{AssertSqlSafe, PgPool};
-use support::app;
+use sqlx::{AssertSqlSafe, PgPool, Pool, Postgres, Sqlite};
+use support::TestBackend;
+use support::app::{self, Store};
 
-/// `(version, checksum, installed_on as text)` of a history table, by version.
-async fn history(pool: &PgPool, table: &str) -> Vec<(i64, Vec<u8>, String)> {
-    let sql = format!(
-        "SELECT version, checksum, installed_on::text FROM {table} WHERE success ORDER BY version"
-    );
-    sqlx::query_as(AssertSqlSafe(sql))
-        .fetch_all(pool)
-        .await
-        .expect("read history")
+/// `(version, checksum, installed_on as text)` of a history table row.
+type HistoryRow = (i64, Vec<u8>, String);
+
+/// What the tests read about migrations; the statements differ only in how a table's
+/// existence is asked.
+trait Migrations: TestBackend {
+    /// The successful rows of a history table, by version.
+    async fn history(pool: &Pool<Self>, table: &str) -> Vec<HistoryRow>;
+
+    async fn table_exists(pool: &Pool<Self>, table: &str) -> bool;
 }
 
-async fn versions(pool: &PgPool, table: &str) -> Vec<i64> {
-    history(pool, table)
+macro_rules! migrations {
+    ($db:ty, $exists:literal) => {
+        impl Migrations for $db {
+            async fn history(pool: &Pool<Self>, table: &str) -> Vec<HistoryRow> {
+                let sql = format!(
+                    "SELECT version, checksum, CAST(installed_on AS TEXT) FROM {table} \
+                     WHERE success ORDER BY version"
+                );
+                sqlx::query_as(AssertSqlSafe(sql))
+                    .fetch_all(pool)
+                    .await
+                    .expect("read history")
+            }
+
+            async fn table_exists(pool: &Pool<Self>, table: &str) -> bool {
+                sqlx::query_scalar($exists)
+                    .bind(table)
+                    .fetch_one(pool)
+                    .await
+                    .expect("look the table up")
+            }
+        }
+    };
+}
+
+migrations!(Postgres, "SELECT to_regclass($1) IS NOT NULL");
+migrations!(
+    Sqlite,
+    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = $1)"
+);
+
+async fn versions<DB: Migrations>(pool: &Pool<DB>, table: &str) -> Vec<i64> {
+    DB::history(pool, table)
         .await
         .into_iter()
         .map(|row| row.0)
         .collect()
 }
 
-async fn table_exists(pool: &PgPool, table: &str) -> bool {
-    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-        .bind(table)
-        .fetch_one(pool)
-        .await
-        .expect("to_regclass")
-}
-
-fn app_versions() -> Vec<i64> {
-    app::MIGRATOR.iter().map(|m| m.version).collect()
+fn app_versions<DB: Store>() -> Vec<i64> {
+    DB::app_migrator().iter().map(|m| m.version).collect()
 }
 
 /// Both histories hold exactly their own migrations and both schemas are in place.
-async fn assert_both_applied(pool: &PgPool) {
-    assert_eq!(versions(pool, "_sqlx_migrations").await, app_versions());
+async fn assert_both_applied<DB: Migrations>(pool: &Pool<DB>) {
+    assert_eq!(
+        versions(pool, "_sqlx_migrations").await,
+        app_versions::<DB>()
+    );
     let idem_versions = versions(pool, idem::MIGRATIONS_TABLE).await;
     assert!(!idem_versions.is_empty(), "idem recorded its migrations");
     assert!(
-        idem_versions.iter().all(|v| !app_versions().contains(v)),
+        idem_versions
+            .iter()
+            .all(|v| !app_versions::<DB>().contains(v)),
         "idem's history holds none of the application's versions"
     );
-    assert!(table_exists(pool, "idem_keys").await);
-    assert!(table_exists(pool, "orders").await);
+    assert!(DB::table_exists(pool, "idem_keys").await);
+    assert!(DB::table_exists(pool, "orders").await);
 }
 
-#[tokio::test]
-async fn migrating_twice_changes_nothing() {
-    let db = TestDb::new().await;
-    let pool = db.pool(2).await;
+async fn migrating_twice_changes_nothing<DB: Migrations>() {
+    let (_db, pool) = DB::open().await;
 
     idem::migrate(&pool).await.expect("first migrate");
     assert_eq!(idem::MIGRATIONS_TABLE, "_idem_migrations");
-    let before = history(&pool, "_idem_migrations").await;
+    let before = DB::history(&pool, "_idem_migrations").await;
     assert!(!before.is_empty());
-    assert!(table_exists(&pool, "idem_keys").await);
+    assert!(DB::table_exists(&pool, "idem_keys").await);
     assert!(
-        !table_exists(&pool, "_sqlx_migrations").await,
+        !DB::table_exists(&pool, "_sqlx_migrations").await,
         "idem does not touch the application's history table"
     );
 
@@ -71,42 +99,35 @@ async fn migrating_twice_changes_nothing() {
         .await
         .expect("second migrate is a no-op");
     assert_eq!(
-        history(&pool, "_idem_migrations").await,
+        DB::history(&pool, "_idem_migrations").await,
         before,
         "nothing re-applied"
     );
 }
 
-#[tokio::test]
-async fn the_application_first_then_idem() {
-    let db = TestDb::new().await;
-    let pool = db.pool(2).await;
-    app::MIGRATOR
-        .run(&pool)
+async fn the_application_first_then_idem<DB: Migrations>() {
+    let (_db, pool) = DB::open().await;
+    DB::migrate_app(&pool)
         .await
         .expect("app migrations on a fresh database");
     idem::migrate(&pool).await.expect("idem after the app");
-    app::MIGRATOR
-        .run(&pool)
+    DB::migrate_app(&pool)
         .await
         .expect("app again: no `version missing`");
     idem::migrate(&pool).await.expect("idem again");
     assert_both_applied(&pool).await;
 }
 
-#[tokio::test]
-async fn idem_first_then_the_application() {
-    let db = TestDb::new().await;
-    let pool = db.pool(2).await;
+async fn idem_first_then_the_application<DB: Migrations>() {
+    let (_db, pool) = DB::open().await;
     idem::migrate(&pool)
         .await
         .expect("idem on a fresh database");
-    app::MIGRATOR
-        .run(&pool)
+    DB::migrate_app(&pool)
         .await
         .expect("app after idem: no `version missing`");
     idem::migrate(&pool).await.expect("idem again");
-    app::MIGRATOR.run(&pool).await.expect("app again");
+    DB::migrate_app(&pool).await.expect("app again");
     assert_both_applied(&pool).await;
 }
 
@@ -137,7 +158,7 @@ async fn eight_instances_run_idem_migrate_at_once() {
     eight_at_once(&db, |pool| async move { idem::migrate(&pool).await }).await;
     let pool = db.pool(1).await;
     assert!(!versions(&pool, "_idem_migrations").await.is_empty());
-    assert!(table_exists(&pool, "idem_keys").await);
+    assert!(Postgres::table_exists(&pool, "idem_keys").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -146,3 +167,9 @@ async fn eight_instances_of_the_example_migrate_at_once() {
     eight_at_once(&db, |pool| async move { app::setup(&pool).await }).await;
     assert_both_applied(&db.pool(1).await).await;
 }
+
+support::backend_tests!(
+    migrating_twice_changes_nothing,
+    the_application_first_then_idem,
+    idem_first_then_the_application,
+);

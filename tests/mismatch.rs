@@ -5,37 +5,28 @@
 mod support;
 
 use actix_web::test::TestRequest;
-use actix_web::{HttpResponse, post, put};
+use actix_web::{HttpResponse, web};
 use support::app::Account;
-use support::{ALICE, Env, Reply, TestApp, order_json, post, post_order};
+use support::{ALICE, Env, Reply, TestApp, TestBackend, order_json, post, post_order};
 
 /// `/orders` with PUT, so the same path can be reached with another method.
-#[put("/orders")]
 #[idem::idempotent(scope = account, retention = "24h")]
-async fn put_orders(account: Account, tx: idem::Tx) -> HttpResponse {
-    sqlx::query("SELECT $1::bigint")
-        .bind(account.id())
-        .execute(&mut *tx)
-        .await
-        .expect("query");
+async fn put_orders<DB: TestBackend>(account: Account, tx: idem::Tx<'_, DB>) -> HttpResponse {
+    let _ = (account, &mut *tx);
     HttpResponse::Ok().body("put")
 }
 
 /// Another keyed POST path.
-#[post("/test/other")]
 #[idem::idempotent(scope = account, retention = "24h")]
-async fn other_path(account: Account, tx: idem::Tx) -> HttpResponse {
-    sqlx::query("SELECT $1::bigint")
-        .bind(account.id())
-        .execute(&mut *tx)
-        .await
-        .expect("query");
+async fn other_path<DB: TestBackend>(account: Account, tx: idem::Tx<'_, DB>) -> HttpResponse {
+    let _ = (account, &mut *tx);
     HttpResponse::Ok().body("other")
 }
 
-async fn app_with_first_order(env: &Env, key: &str) -> (TestApp, Reply) {
+async fn app_with_first_order<DB: TestBackend>(env: &Env<DB>, key: &str) -> (TestApp, Reply) {
     let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(put_orders).service(other_path);
+        cfg.route("/orders", web::put().to(put_orders::<DB>))
+            .route("/test/other", web::post().to(other_path::<DB>));
     })
     .await;
     let first = app
@@ -54,9 +45,8 @@ fn assert_reused(reply: &Reply, mismatch: &str) {
     assert!(!reply.replayed());
 }
 
-#[actix_web::test]
-async fn a_different_body_is_a_body_mismatch() {
-    let env = Env::new().await;
+async fn a_different_body_is_a_body_mismatch<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let (app, first) = app_with_first_order(&env, "k").await;
 
     for body in [
@@ -76,9 +66,8 @@ async fn a_different_body_is_a_body_mismatch() {
         .assert_replay_of(&first);
 }
 
-#[actix_web::test]
-async fn a_different_path_query_or_method_is_a_method_or_path_mismatch() {
-    let env = Env::new().await;
+async fn a_different_path_query_or_method_is_a_method_or_path_mismatch<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let (app, first) = app_with_first_order(&env, "k").await;
     let body = order_json("tea", 2, 500);
 
@@ -108,9 +97,8 @@ async fn a_different_path_query_or_method_is_a_method_or_path_mismatch() {
         .assert_replay_of(&first);
 }
 
-#[actix_web::test]
-async fn reordered_keys_and_whitespace_replay() {
-    let env = Env::new().await;
+async fn reordered_keys_and_whitespace_replay<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let (app, first) = app_with_first_order(&env, "k").await;
 
     for body in [
@@ -123,3 +111,9 @@ async fn reordered_keys_and_whitespace_replay() {
     }
     assert_eq!(env.orders().await, 1);
 }
+
+support::backend_tests!(
+    a_different_body_is_a_body_mismatch,
+    a_different_path_query_or_method_is_a_method_or_path_mismatch,
+    reordered_keys_and_whitespace_replay,
+);

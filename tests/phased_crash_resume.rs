@@ -10,9 +10,8 @@ mod support;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use idem_testkit::TestDb;
 use phased_support::{Example, HttpReply, count, payment_json, post_payment, send};
-use support::ALICE;
+use support::{ALICE, TestBackend};
 
 /// SIGABRT: what `std::process::abort` dies of.
 const SIGABRT: i32 = 6;
@@ -23,14 +22,15 @@ const RESUME_DEADLINE: Duration = Duration::from_secs(30);
 /// Crashes the example at `point` during a payment, restarts it and retries until the
 /// payment completes; checks everything the crash could have doubled. Prints the timings
 /// (see them with `--nocapture`).
-async fn crash_and_resume(point: &str, provider_requests: i32) {
+async fn crash_and_resume<DB: TestBackend>(point: &str, provider_requests: i64) {
     let started = Instant::now();
-    let db = TestDb::new().await;
+    let (db, pool) = DB::open().await;
+    let url = DB::url(&db);
     let client = reqwest::Client::new();
     let key = format!("crash-after-{point}");
     let body = payment_json(4_200, "EUR");
 
-    let crashing = Example::start(&db, Some(point)).await;
+    let crashing = Example::start(&url, Some(point)).await;
     let first = send(post_payment(&client, &crashing.base, ALICE, &key, &body)).await;
     assert!(
         first.is_err(),
@@ -49,9 +49,8 @@ async fn crash_and_resume(point: &str, provider_requests: i32) {
     );
     let crashed = started.elapsed();
 
-    let example = Example::start(&db, None).await;
+    let example = Example::start(&url, None).await;
     let restarted = started.elapsed();
-    let pool = db.pool(2).await;
     // The key is held until the crashed attempt's lease runs out: 409 with Retry-After
     // until then, then the retry takes over and finishes the payment.
     let retry = || post_payment(&client, &example.base, ALICE, &key, &body);
@@ -107,25 +106,22 @@ async fn crash_and_resume(point: &str, provider_requests: i32) {
         1,
         "{point}: one charge"
     );
-    let requests: i32 = sqlx::query_scalar("SELECT requests FROM provider_charges")
-        .fetch_one(&pool)
-        .await
-        .expect("provider requests");
+    let requests = DB::scalar(
+        &pool,
+        "SELECT CAST(requests AS bigint) FROM provider_charges",
+    )
+    .await;
     assert_eq!(
         requests, provider_requests,
         "{point}: calls that reached the provider with the payment's derived key"
     );
-    let messages: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM idem_outbox WHERE topic = 'payment_receipts'")
-            .fetch_one(&pool)
-            .await
-            .expect("count messages");
+    let messages = DB::scalar(
+        &pool,
+        "SELECT count(*) FROM idem_outbox WHERE topic = 'payment_receipts'",
+    )
+    .await;
     assert_eq!(messages, 1, "{point}: one receipt message");
-    let phases: Vec<String> =
-        sqlx::query_scalar("SELECT phase FROM idem_phases ORDER BY recorded_at")
-            .fetch_all(&pool)
-            .await
-            .expect("phases");
+    let phases = DB::texts(&pool, "SELECT phase FROM idem_phases ORDER BY recorded_at").await;
     assert_eq!(phases, ["payment_created", "charged", "receipt_queued"]);
 
     // The relay delivers the receipt (at least once; the message id deduplicates).
@@ -155,16 +151,13 @@ async fn crash_and_resume(point: &str, provider_requests: i32) {
 }
 
 /// `(receipts, payment id)` once the relay has delivered the receipt.
-async fn wait_for_receipt(pool: &sqlx::PgPool) -> (i64, i64) {
+async fn wait_for_receipt<DB: TestBackend>(pool: &sqlx::Pool<DB>) -> (i64, i64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let row: (i64, Option<i64>) =
-            sqlx::query_as("SELECT count(*), max(payment_id) FROM receipts")
-                .fetch_one(pool)
-                .await
-                .expect("receipts");
-        if row.0 > 0 {
-            return (row.0, row.1.expect("a payment id"));
+        let receipts = DB::scalar(pool, "SELECT count(*) FROM receipts").await;
+        if receipts > 0 {
+            let payment = DB::scalar(pool, "SELECT max(payment_id) FROM receipts").await;
+            return (receipts, payment);
         }
         assert!(Instant::now() < deadline, "the relay delivered no receipt");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -182,27 +175,30 @@ fn assert_replay(replayed: &HttpReply, original: &HttpReply) {
     );
 }
 
-#[tokio::test]
-async fn a_crash_after_the_payment_is_created_is_resumed_once() {
-    crash_and_resume("payment_created", 1).await;
+async fn a_crash_after_the_payment_is_created_is_resumed_once<DB: TestBackend>() {
+    crash_and_resume::<DB>("payment_created", 1).await;
 }
 
 /// The provider charged, but the phase that records the charge never committed: the
 /// retry runs `charged` again, and the derived key makes the provider answer with the
 /// first charge instead of charging twice.
-#[tokio::test]
-async fn a_crash_between_the_provider_call_and_its_record_charges_once() {
-    crash_and_resume("provider_called", 2).await;
+async fn a_crash_between_the_provider_call_and_its_record_charges_once<DB: TestBackend>() {
+    crash_and_resume::<DB>("provider_called", 2).await;
 }
 
-#[tokio::test]
-async fn a_crash_after_the_charge_is_resumed_once() {
-    crash_and_resume("charged", 1).await;
+async fn a_crash_after_the_charge_is_resumed_once<DB: TestBackend>() {
+    crash_and_resume::<DB>("charged", 1).await;
 }
 
 /// Every phase committed, but no response was recorded: the retry runs no phase again
 /// and builds the response from the recorded outputs.
-#[tokio::test]
-async fn a_crash_after_the_receipt_is_queued_is_resumed_once() {
-    crash_and_resume("receipt_queued", 1).await;
+async fn a_crash_after_the_receipt_is_queued_is_resumed_once<DB: TestBackend>() {
+    crash_and_resume::<DB>("receipt_queued", 1).await;
 }
+
+support::backend_tests!(
+    a_crash_after_the_payment_is_created_is_resumed_once,
+    a_crash_between_the_provider_call_and_its_record_charges_once,
+    a_crash_after_the_charge_is_resumed_once,
+    a_crash_after_the_receipt_is_queued_is_resumed_once,
+);

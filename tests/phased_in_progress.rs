@@ -8,12 +8,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{HttpResponse, web};
 use futures_util::future::join;
 use idem::PhaseError;
-use phased_support::{Gate, LEASE, key_state};
+use phased_support::{Gate, LEASE};
 use support::app::Account;
-use support::{ALICE, Env, TestApp, post};
+use support::{ALICE, Env, TestApp, TestBackend, post};
 
 #[derive(Debug, Default)]
 struct Control {
@@ -21,11 +21,10 @@ struct Control {
 }
 
 /// Held between two phases until the test opens the gate.
-#[post("/test/held")]
 #[idem::idempotent(scope = account, lease = "1s")]
-async fn held(
+async fn held<DB: TestBackend>(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<DB>,
     control: web::Data<Control>,
 ) -> Result<HttpResponse, PhaseError> {
     let _ = account;
@@ -40,9 +39,11 @@ async fn held(
 }
 
 /// One phase that works for 2.5 leases, extending its lease as it goes.
-#[post("/test/long-phase")]
 #[idem::idempotent(scope = account, lease = "1s")]
-async fn long_phase(account: Account, phases: idem::Phases) -> Result<HttpResponse, PhaseError> {
+async fn long_phase<DB: TestBackend>(
+    account: Account,
+    phases: idem::Phases<DB>,
+) -> Result<HttpResponse, PhaseError> {
     let _ = account;
     let lease = phases.lease();
     let steps: u32 = phases
@@ -58,10 +59,12 @@ async fn long_phase(account: Account, phases: idem::Phases) -> Result<HttpRespon
     Ok(HttpResponse::Created().body(format!("{steps} steps")))
 }
 
-async fn app(env: &Env, control: &web::Data<Control>) -> TestApp {
+async fn app<DB: TestBackend>(env: &Env<DB>, control: &web::Data<Control>) -> TestApp {
     let control = control.clone();
     support::service_with(&env.idem(), move |cfg| {
-        cfg.app_data(control).service(held).service(long_phase);
+        cfg.app_data(control)
+            .route("/test/held", web::post().to(held::<DB>))
+            .route("/test/long-phase", web::post().to(long_phase::<DB>));
     })
     .await
 }
@@ -72,9 +75,8 @@ fn assert_in_progress(reply: &support::Reply) {
     assert!(!reply.replayed());
 }
 
-#[actix_web::test]
-async fn a_duplicate_during_a_held_lease_gets_409_at_once_then_replays() {
-    let env = Env::new().await;
+async fn a_duplicate_during_a_held_lease_gets_409_at_once_then_replays<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let control = web::Data::new(Control::default());
     let app = app(&env, &control).await;
     let request = || post("/test/held", ALICE, "held", "{}");
@@ -83,7 +85,7 @@ async fn a_duplicate_during_a_held_lease_gets_409_at_once_then_replays() {
     let duplicates = async {
         control.gate.reached().await;
         // The claim and the first phase are committed; the attempt holds its lease.
-        let (state, point, _, leased) = key_state(&env.pool, "held").await;
+        let (state, point, _, leased) = DB::key_state(&env.pool, "held").await;
         assert_eq!(
             (state.as_str(), point.as_str(), leased),
             ("started", "first", true)
@@ -111,9 +113,8 @@ async fn a_duplicate_during_a_held_lease_gets_409_at_once_then_replays() {
     app.call(request()).await.assert_replay_of(&first);
 }
 
-#[actix_web::test]
-async fn a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out() {
-    let env = Env::new().await;
+async fn a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = app(&env, &web::Data::new(Control::default())).await;
     let request = || post("/test/long-phase", ALICE, "long", "{}");
 
@@ -142,3 +143,8 @@ async fn a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out() {
     }
     app.call(request()).await.assert_replay_of(&first);
 }
+
+support::backend_tests!(
+    a_duplicate_during_a_held_lease_gets_409_at_once_then_replays,
+    a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out,
+);

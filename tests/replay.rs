@@ -7,11 +7,10 @@ mod support;
 use actix_web::http::header::{HeaderName, LOCATION};
 use actix_web::{HttpResponse, post};
 use support::app::Account;
-use support::{ALICE, Env, order_json, post, post_order};
+use support::{ALICE, Env, TestBackend, order_json, post, post_order};
 
-#[actix_web::test]
-async fn a_repeat_replays_status_body_and_location_without_a_second_row() {
-    let env = Env::new().await;
+async fn a_repeat_replays_status_body_and_location_without_a_second_row<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let body = order_json("tea", 2, 1250);
 
@@ -43,13 +42,9 @@ async fn a_repeat_replays_status_body_and_location_without_a_second_row() {
             Some(201)
         )]
     );
-    let kept_for_24h: bool =
-        sqlx::query_scalar("SELECT expires_at - created_at = interval '24 hours' FROM idem_keys")
-            .fetch_one(&env.pool)
-            .await
-            .expect("read expiry");
-    assert!(
-        kept_for_24h,
+    assert_eq!(
+        DB::retentions(&env.pool).await,
+        [24 * 3600],
         "retention = \"24h\" keeps the key for 24 hours"
     );
 
@@ -64,9 +59,8 @@ async fn a_repeat_replays_status_body_and_location_without_a_second_row() {
     );
 }
 
-#[actix_web::test]
-async fn a_new_key_creates_a_new_order() {
-    let env = Env::new().await;
+async fn a_new_key_creates_a_new_order<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let body = order_json("tea", 1, 100);
 
@@ -156,3 +150,8 @@ async fn set_cookie_is_never_replayed_and_custom_headers_only_when_allowed() {
     assert_eq!(again.header("set-cookie"), None);
     assert_eq!(env.orders().await, 2);
 }
+
+support::backend_tests!(
+    a_repeat_replays_status_body_and_location_without_a_second_row,
+    a_new_key_creates_a_new_order,
+);

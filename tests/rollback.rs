@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use actix_web::http::header::LOCATION;
 use actix_web::{HttpResponse, post, web};
 use support::app::{Account, AppError};
-use support::{ALICE, Env, order_json, post, post_order};
+use support::{ALICE, Env, TestBackend, order_json, post, post_order};
 
-#[actix_web::test]
-async fn a_500_after_the_insert_rolls_back_the_order_and_the_key() {
-    let env = Env::new().await;
+async fn a_500_after_the_insert_rolls_back_the_order_and_the_key<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let body = order_json("tea", 1, 100);
 
@@ -31,9 +30,8 @@ async fn a_500_after_the_insert_rolls_back_the_order_and_the_key() {
     assert_eq!(env.orders().await, 1);
 }
 
-#[actix_web::test]
-async fn a_panic_after_the_insert_rolls_back_the_order_and_the_key() {
-    let env = Env::new().await;
+async fn a_panic_after_the_insert_rolls_back_the_order_and_the_key<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     let body = order_json("tea", 1, 100);
 
@@ -173,3 +171,8 @@ async fn the_same_request_is_retried_after_a_panic() {
 async fn the_same_request_is_retried_after_a_database_error() {
     retry_after(FirstAttempt::DatabaseError).await;
 }
+
+support::backend_tests!(
+    a_500_after_the_insert_rolls_back_the_order_and_the_key,
+    a_panic_after_the_insert_rolls_back_the_order_and_the_key,
+);

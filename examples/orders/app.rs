@@ -3,22 +3,23 @@
 //!
 //! See `main.rs` for the HTTP contract and `README.md` beside this file for the problem
 //! types.
+//!
+//! The handlers are generic over the database: one `create_order` serves PostgreSQL and
+//! SQLite alike, naming its backend only through its `idem::Tx<'_, DB>`. The SQL lives in
+//! the [`Store`] implementations at the end of this file, one per database.
 
 use std::borrow::Cow;
 use std::fmt;
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
 use std::time::Duration;
 
 use actix_web::error::JsonPayloadError;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, get, post, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use sqlx::migrate::{MigrateError, Migrator};
-
-/// The example's own migrations, recorded in sqlx's default `_sqlx_migrations` table.
-pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("examples/orders/migrations");
+use sqlx::{Pool, Postgres, Sqlite};
 
 /// The header that names the caller.
 pub(crate) const ACCOUNT_HEADER: &str = "x-account-id";
@@ -35,20 +36,25 @@ pub(crate) const PROBLEM_BASE: &str =
 
 /// Applies idem's migrations (its own history, `_idem_migrations`) and then the example's
 /// (sqlx's default `_sqlx_migrations`). Either order works: the histories never meet.
-pub(crate) async fn setup(pool: &PgPool) -> Result<(), MigrateError> {
+pub(crate) async fn setup<DB: Store>(pool: &Pool<DB>) -> Result<(), MigrateError> {
     idem::migrate(pool).await?;
-    MIGRATOR.run(pool).await
+    DB::migrate_app(pool).await
 }
 
-/// Registers idem, the pool, the extractor error handlers and the three routes.
-pub(crate) fn configure(cfg: &mut web::ServiceConfig, idem: &idem::Idem) {
+/// Registers idem, the pool, the extractor error handlers and the order routes.
+///
+/// The handlers are generic over the database, which actix's route attributes do not
+/// support, so each route is registered here with `.route(path, method)`, one line per
+/// route (each is a resource guarded by its method, like a route attribute makes). A
+/// non-generic handler with a route attribute goes in with `.service(handler)` as usual.
+pub(crate) fn configure<DB: Store>(cfg: &mut web::ServiceConfig, idem: &idem::Idem<DB>) {
     cfg.app_data(idem.clone())
         .app_data(web::Data::new(idem.pool().clone()))
         .app_data(web::JsonConfig::default().error_handler(json_error))
         .app_data(web::PathConfig::default().error_handler(|_, _| AppError::NotFound.into()))
-        .service(create_order)
-        .service(list_orders)
-        .service(get_order);
+        .route("/orders", web::post().to(create_order::<DB>))
+        .route("/orders", web::get().to(list_orders::<DB>))
+        .route("/orders/{id}", web::get().to(get_order::<DB>));
 }
 
 /// The caller, from `X-Account-Id: <positive 64-bit integer>`.
@@ -139,8 +145,9 @@ impl TryFrom<NewOrderFields> for NewOrder {
     }
 }
 
-/// An order as the API shows it. `created_at` is rendered by PostgreSQL, so a row always
-/// serializes to the same bytes.
+/// An order as the API shows it. `created_at` is rendered by the database (UTC, to the
+/// microsecond on PostgreSQL and the millisecond on SQLite), so a row always serializes to
+/// the same bytes.
 #[derive(Debug, Serialize, sqlx::FromRow)]
 pub(crate) struct Order {
     id: i64,
@@ -148,14 +155,6 @@ pub(crate) struct Order {
     quantity: i32,
     amount_cents: i64,
     created_at: String,
-}
-
-/// The columns of [`Order`], in a `SELECT` list or a `RETURNING` clause.
-macro_rules! order_columns {
-    () => {
-        "id, item, quantity, amount_cents, \
-         to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS created_at"
-    };
 }
 
 /// The query parameters `POST /orders` accepts, all of them test hooks:
@@ -238,14 +237,15 @@ impl FromRequest for TestHooks {
     }
 }
 
-/// Creates an order: 201 with the order and its `Location`, or 402 when the card is
-/// declined. Both outcomes are stored and replayed for the key.
-// `#[idempotent]` above the route attribute, so idem's registry records the route too.
+/// `POST /orders`: creates an order: 201 with the order and its `Location`, or 402 when
+/// the card is declined. Both outcomes are stored and replayed for the key.
+///
+/// Generic over the database: `tx` is an `idem::Tx<'_, sqlx::Postgres>` or an
+/// `idem::Tx<'_, sqlx::Sqlite>`, whichever `Idem` the application registered.
 #[idem::idempotent(scope = account, retention = "24h")]
-#[post("/orders")]
-async fn create_order(
+async fn create_order<DB: Store>(
     account: Account,
-    tx: idem::Tx,
+    tx: idem::Tx<'_, DB>,
     order: web::Json<NewOrder>,
     hooks: TestHooks,
 ) -> Result<HttpResponse, AppError> {
@@ -255,54 +255,31 @@ async fn create_order(
             amount_cents: order.amount_cents,
         });
     }
-    let created: Order = sqlx::query_as(concat!(
-        "INSERT INTO orders (account_id, item, quantity, amount_cents) VALUES ($1, $2, $3, $4) \
-         RETURNING ",
-        order_columns!()
-    ))
-    .bind(account.id())
-    .bind(&order.item)
-    .bind(order.quantity)
-    .bind(order.amount_cents)
-    .fetch_one(&mut *tx)
-    .await?;
+    let created = DB::insert_order(&mut tx, account.id(), &order).await?;
     hooks.after_insert().await?;
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/orders/{}", created.id)))
         .json(&created))
 }
 
-/// The caller's orders, oldest first.
-#[get("/orders")]
-async fn list_orders(account: Account, pool: web::Data<PgPool>) -> Result<HttpResponse, AppError> {
-    let orders: Vec<Order> = sqlx::query_as(concat!(
-        "SELECT ",
-        order_columns!(),
-        " FROM orders WHERE account_id = $1 ORDER BY id"
-    ))
-    .bind(account.id())
-    .fetch_all(pool.get_ref())
-    .await?;
+/// `GET /orders`: the caller's orders, oldest first.
+async fn list_orders<DB: Store>(
+    account: Account,
+    pool: web::Data<Pool<DB>>,
+) -> Result<HttpResponse, AppError> {
+    let orders = DB::list_orders(&pool, account.id()).await?;
     Ok(HttpResponse::Ok().json(&orders))
 }
 
-/// One of the caller's orders; another account's order is as absent as a missing one.
-#[get("/orders/{id}")]
-async fn get_order(
+/// `GET /orders/{id}`: one of the caller's orders; another account's order is as absent
+/// as a missing one.
+async fn get_order<DB: Store>(
     account: Account,
     id: web::Path<i64>,
-    pool: web::Data<PgPool>,
+    pool: web::Data<Pool<DB>>,
 ) -> Result<HttpResponse, AppError> {
-    let order: Option<Order> = sqlx::query_as(concat!(
-        "SELECT ",
-        order_columns!(),
-        " FROM orders WHERE id = $1 AND account_id = $2"
-    ))
-    .bind(id.into_inner())
-    .bind(account.id())
-    .fetch_optional(pool.get_ref())
-    .await?;
-    order
+    DB::get_order(&pool, id.into_inner(), account.id())
+        .await?
         .map(|order| HttpResponse::Ok().json(&order))
         .ok_or(AppError::NotFound)
 }
@@ -448,3 +425,103 @@ impl ResponseError for AppError {
             .body(body.to_string())
     }
 }
+
+/// The example's SQL for one database: implemented for PostgreSQL and SQLite below.
+pub(crate) trait Store: idem::Backend {
+    /// The example's own migrations (`examples/orders/migrations/<backend>`).
+    fn app_migrator() -> &'static Migrator;
+
+    /// Applies [`app_migrator`](Self::app_migrator).
+    fn migrate_app(pool: &Pool<Self>) -> impl Future<Output = Result<(), MigrateError>>;
+
+    /// Inserts an order in the request's transaction.
+    fn insert_order(
+        conn: &mut Self::Connection,
+        account: i64,
+        order: &NewOrder,
+    ) -> impl Future<Output = sqlx::Result<Order>>;
+
+    /// The account's orders, oldest first.
+    fn list_orders(
+        pool: &Pool<Self>,
+        account: i64,
+    ) -> impl Future<Output = sqlx::Result<Vec<Order>>>;
+
+    /// One order of the account.
+    fn get_order(
+        pool: &Pool<Self>,
+        id: i64,
+        account: i64,
+    ) -> impl Future<Output = sqlx::Result<Option<Order>>>;
+}
+
+/// Implements [`Store`] for one database. The statements are the same text on both
+/// (`$1`-style parameters work on SQLite too); only the migrations and the rendering of
+/// `created_at` differ.
+macro_rules! store {
+    ($db:ty, $migrations:literal, $created_at:literal) => {
+        impl Store for $db {
+            fn app_migrator() -> &'static Migrator {
+                static MIGRATOR: Migrator = sqlx::migrate!($migrations);
+                &MIGRATOR
+            }
+
+            async fn migrate_app(pool: &Pool<Self>) -> Result<(), MigrateError> {
+                Self::app_migrator().run(pool).await
+            }
+
+            async fn insert_order(
+                conn: &mut Self::Connection,
+                account: i64,
+                order: &NewOrder,
+            ) -> sqlx::Result<Order> {
+                sqlx::query_as(concat!(
+                    "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                     VALUES ($1, $2, $3, $4) RETURNING id, item, quantity, amount_cents, ",
+                    $created_at
+                ))
+                .bind(account)
+                .bind(&order.item)
+                .bind(order.quantity)
+                .bind(order.amount_cents)
+                .fetch_one(conn)
+                .await
+            }
+
+            async fn list_orders(pool: &Pool<Self>, account: i64) -> sqlx::Result<Vec<Order>> {
+                sqlx::query_as(concat!(
+                    "SELECT id, item, quantity, amount_cents, ",
+                    $created_at,
+                    " FROM orders WHERE account_id = $1 ORDER BY id"
+                ))
+                .bind(account)
+                .fetch_all(pool)
+                .await
+            }
+
+            async fn get_order(
+                pool: &Pool<Self>,
+                id: i64,
+                account: i64,
+            ) -> sqlx::Result<Option<Order>> {
+                sqlx::query_as(concat!(
+                    "SELECT id, item, quantity, amount_cents, ",
+                    $created_at,
+                    " FROM orders WHERE id = $1 AND account_id = $2"
+                ))
+                .bind(id)
+                .bind(account)
+                .fetch_optional(pool)
+                .await
+            }
+        }
+    };
+}
+
+store!(
+    Postgres,
+    "examples/orders/migrations/postgres",
+    "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS created_at"
+);
+// SQLite keeps `created_at` as the text it shows (see the SQLite migration).
+store!(Sqlite, "examples/orders/migrations/sqlite", "created_at");

@@ -2,14 +2,19 @@
 //! `POST /payments` uses idem's phased form around a payment provider.
 //!
 //! ```text
-//! DATABASE_URL=postgres://localhost/orders cargo run --example orders
+//! cargo run --example orders                                                # SQLite
+//! DATABASE_URL=postgres://localhost/orders cargo run --example orders      # PostgreSQL
 //! ```
 //!
-//! Environment: `DATABASE_URL` (required, a PostgreSQL URL) and `BIND_ADDR` (default
-//! `127.0.0.1:8080`). At startup it applies idem's migrations (history in
-//! `_idem_migrations`) and its own from `examples/orders/migrations` (history in sqlx's
-//! default `_sqlx_migrations`), starts the outbox relay that delivers payment receipts,
-//! prints `orders: serving on http://<addr>` and serves.
+//! Environment: `DATABASE_URL` and `BIND_ADDR` (default `127.0.0.1:8080`). The database
+//! decides the backend: a `postgres://` (or `postgresql://`) URL uses PostgreSQL; a
+//! `sqlite://` URL, or none, uses a SQLite file (by default `orders.db` in the current
+//! directory, created if missing). At startup it prints `orders: database <backend>
+//! <location>`, applies idem's migrations (history in `_idem_migrations`) and its own from
+//! `examples/orders/migrations/<backend>` (history in sqlx's default `_sqlx_migrations`),
+//! starts the outbox relay that delivers payment receipts, prints
+//! `orders: serving on http://<addr>` and serves. The endpoints and their answers are the
+//! same on both.
 //!
 //! # API
 //!
@@ -86,22 +91,26 @@ mod payments;
 
 use std::net::TcpListener;
 use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
 
 use actix_web::{App, HttpServer};
+use sqlx::Pool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+
+use payments::PaymentStore;
+
+/// The SQLite database without `DATABASE_URL`.
+const DEFAULT_DATABASE_URL: &str = "sqlite://orders.db";
 
 #[actix_web::main]
 async fn main() -> ExitCode {
-    let Some(database_url) = std::env::var("DATABASE_URL")
+    let database_url = std::env::var("DATABASE_URL")
         .ok()
-        .filter(|url| !url.trim().is_empty())
-    else {
-        eprintln!(
-            "orders: DATABASE_URL is not set; set it to a PostgreSQL URL, e.g. \
-             DATABASE_URL=postgres://localhost/orders cargo run --example orders"
-        );
-        return ExitCode::FAILURE;
-    };
+        .map(|url| url.trim().to_owned())
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
     let bind_addr = std::env::var("BIND_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
     let crash_after = match std::env::var("IDEM_EXAMPLE_CRASH_AFTER") {
         Err(_) => None,
@@ -117,17 +126,63 @@ async fn main() -> ExitCode {
         },
     };
 
-    let pool = match PgPoolOptions::new()
-        .max_connections(20)
-        .connect(&database_url)
-        .await
-    {
-        Ok(pool) => pool,
-        Err(error) => {
-            eprintln!("orders: cannot connect to DATABASE_URL: {error}");
-            return ExitCode::FAILURE;
+    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        println!("orders: database PostgreSQL (DATABASE_URL)");
+        let pool = PgPoolOptions::new()
+            .max_connections(20)
+            .connect(&database_url)
+            .await;
+        match pool {
+            Ok(pool) => serve(pool, &bind_addr, crash_after).await,
+            Err(error) => {
+                eprintln!("orders: cannot connect to DATABASE_URL: {error}");
+                ExitCode::FAILURE
+            }
         }
-    };
+    } else if database_url.starts_with("sqlite:") {
+        let options = match SqliteConnectOptions::from_str(&database_url) {
+            Ok(options) => options,
+            Err(error) => {
+                eprintln!("orders: DATABASE_URL is not a SQLite URL: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!(
+            "orders: database SQLite {}",
+            options.get_filename().display()
+        );
+        // WAL lets reads go on while a request writes; writers take turns (idem's
+        // `BEGIN IMMEDIATE`), each waiting up to the busy timeout for the lock.
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(20)
+            .connect_with(options)
+            .await;
+        match pool {
+            Ok(pool) => serve(pool, &bind_addr, crash_after).await,
+            Err(error) => {
+                eprintln!("orders: cannot open DATABASE_URL: {error}");
+                ExitCode::FAILURE
+            }
+        }
+    } else {
+        eprintln!(
+            "orders: DATABASE_URL must start with postgres://, postgresql:// or sqlite:, \
+             or be unset for {DEFAULT_DATABASE_URL}"
+        );
+        ExitCode::FAILURE
+    }
+}
+
+/// Migrates, then serves the same application on either database.
+async fn serve<DB: PaymentStore>(
+    pool: Pool<DB>,
+    bind_addr: &str,
+    crash_after: Option<&'static str>,
+) -> ExitCode {
     if let Err(error) = app::setup(&pool).await {
         eprintln!("orders: migrations failed: {error}");
         return ExitCode::FAILURE;
@@ -146,7 +201,7 @@ async fn main() -> ExitCode {
         );
     }
     // Bound before the app is built: the payments call the provider at this address.
-    let listener = match TcpListener::bind(&bind_addr).and_then(|l| Ok((l.local_addr()?, l))) {
+    let listener = match TcpListener::bind(bind_addr).and_then(|l| Ok((l.local_addr()?, l))) {
         Ok(bound) => bound,
         Err(error) => {
             eprintln!("orders: cannot listen on {bind_addr}: {error}");
@@ -167,7 +222,7 @@ async fn main() -> ExitCode {
     let server = HttpServer::new(move || {
         App::new()
             .configure(|cfg| app::configure(cfg, &idem))
-            .configure(|cfg| payments::configure(cfg, settings.clone()))
+            .configure(|cfg| payments::configure::<DB>(cfg, settings.clone()))
             .configure(|cfg| observability::configure(cfg, &metrics))
     });
     let server = match server.listen(listener) {

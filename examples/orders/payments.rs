@@ -8,6 +8,9 @@
 //!
 //! Kept apart from `app.rs` (which the in-process tests include) because it needs the
 //! server's own address and an outbox relay: the tests drive it through the real binary.
+//!
+//! Like the orders, the handlers are generic over the database; the SQL is in the
+//! [`PaymentStore`] implementations at the end.
 
 use std::fmt;
 use std::future::Future;
@@ -16,11 +19,11 @@ use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, get, post, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
+use sqlx::{Pool, Postgres, Sqlite};
 
-use crate::app::{Account, PROBLEM_BASE};
+use crate::app::{Account, PROBLEM_BASE, Store};
 
 /// The crash points `IDEM_EXAMPLE_CRASH_AFTER` accepts: the three phases, and the moment
 /// inside `charged` after the provider answered and before the phase commits.
@@ -69,12 +72,13 @@ impl Settings {
     }
 }
 
-/// Registers the payment routes, the provider's route and their settings.
-pub(crate) fn configure(cfg: &mut web::ServiceConfig, settings: Settings) {
+/// Registers the payment routes, the provider's route and their settings (one
+/// `.route(path, method)` per route, as the handlers are generic over the database).
+pub(crate) fn configure<DB: PaymentStore>(cfg: &mut web::ServiceConfig, settings: Settings) {
     cfg.app_data(web::Data::new(settings))
-        .service(create_payment)
-        .service(get_payment)
-        .service(provider_charge);
+        .route("/payments", web::post().to(create_payment::<DB>))
+        .route("/payments/{id}", web::get().to(get_payment::<DB>))
+        .route("/provider/charges", web::post().to(provider_charge::<DB>));
 }
 
 /// A payment as the API shows it; also each phase's recorded output.
@@ -86,14 +90,6 @@ pub(crate) struct Payment {
     state: String,
     provider_charge_id: Option<String>,
     created_at: String,
-}
-
-/// The columns of [`Payment`], in a `SELECT` list or a `RETURNING` clause.
-macro_rules! payment_columns {
-    () => {
-        "id, amount_cents, currency, state, provider_charge_id, \
-         to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS created_at"
-    };
 }
 
 /// The receipt message the last phase enqueues.
@@ -113,26 +109,21 @@ pub(crate) struct Receipt {
 /// there. The provider is called with a key derived from the account, the client's key
 /// and the step, so even a crash between the provider's answer and the end of the
 /// `charged` phase charges once.
-// `#[idempotent]` above the route attribute, so idem's registry records the route too.
 #[idem::idempotent(scope = account, retention = "24h", lease = "3s")]
-#[post("/payments")]
-async fn create_payment(
+async fn create_payment<DB: PaymentStore>(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<DB>,
     payment: NewPayment,
     settings: web::Data<Settings>,
 ) -> Result<HttpResponse, PaymentError> {
     let created: Payment = phases
         .run("payment_created", async |mut tx| {
-            let created = sqlx::query_as(concat!(
-                "INSERT INTO payments (account_id, amount_cents, currency) VALUES ($1, $2, $3) \
-                 RETURNING ",
-                payment_columns!()
-            ))
-            .bind(account.id())
-            .bind(payment.amount_cents)
-            .bind(&payment.currency)
-            .fetch_one(&mut *tx)
+            let created = DB::insert_payment(
+                &mut tx,
+                account.id(),
+                payment.amount_cents,
+                &payment.currency,
+            )
             .await?;
             Ok::<_, PaymentError>(created)
         })
@@ -147,15 +138,7 @@ async fn create_payment(
                 .charge(&provider_key, created.amount_cents, &created.currency)
                 .await?;
             settings.crash_point("provider_called");
-            let charged = sqlx::query_as(concat!(
-                "UPDATE payments SET state = 'charged', provider_charge_id = $2 WHERE id = $1 \
-                 RETURNING ",
-                payment_columns!()
-            ))
-            .bind(created.id)
-            .bind(&charge.id)
-            .fetch_one(&mut *tx)
-            .await?;
+            let charged = DB::mark_charged(&mut tx, created.id, &charge.id).await?;
             Ok::<_, PaymentError>(charged)
         })
         .await?;
@@ -170,13 +153,7 @@ async fn create_payment(
                 provider_charge_id: charged.provider_charge_id.clone().unwrap_or_default(),
             };
             tx.enqueue(RECEIPTS_TOPIC, &receipt).await?;
-            let paid = sqlx::query_as(concat!(
-                "UPDATE payments SET state = 'succeeded' WHERE id = $1 RETURNING ",
-                payment_columns!()
-            ))
-            .bind(charged.id)
-            .fetch_one(&mut *tx)
-            .await?;
+            let paid = DB::mark_succeeded(&mut tx, charged.id).await?;
             Ok::<_, PaymentError>(paid)
         })
         .await?;
@@ -189,25 +166,16 @@ async fn create_payment(
 
 /// One of the caller's payments with its current state; another account's payment is as
 /// absent as a missing one.
-#[get("/payments/{id}")]
-async fn get_payment(
+async fn get_payment<DB: PaymentStore>(
     account: Account,
     id: web::Path<String>,
-    pool: web::Data<PgPool>,
+    pool: web::Data<Pool<DB>>,
 ) -> Result<HttpResponse, PaymentError> {
     let Ok(id) = id.parse::<i64>() else {
         return Err(PaymentError::NotFound);
     };
-    let payment: Option<Payment> = sqlx::query_as(concat!(
-        "SELECT ",
-        payment_columns!(),
-        " FROM payments WHERE id = $1 AND account_id = $2"
-    ))
-    .bind(id)
-    .bind(account.id())
-    .fetch_optional(pool.get_ref())
-    .await?;
-    payment
+    DB::get_payment(&pool, id, account.id())
+        .await?
         .map(|payment| HttpResponse::Ok().json(&payment))
         .ok_or(PaymentError::NotFound)
 }
@@ -350,11 +318,10 @@ impl Provider {
 
 /// The provider: charges once per `Idempotency-Key`, 201 the first time and 200 with the
 /// same charge after; the same key with a different amount or currency is a 422.
-#[post("/provider/charges")]
-async fn provider_charge(
+async fn provider_charge<DB: PaymentStore>(
     req: HttpRequest,
     body: web::Bytes,
-    pool: web::Data<PgPool>,
+    pool: web::Data<Pool<DB>>,
 ) -> Result<HttpResponse, PaymentError> {
     let key = req
         .headers()
@@ -366,25 +333,11 @@ async fn provider_charge(
         .map_err(|error| PaymentError::MalformedBody(error.to_string()))?;
     // The unique constraint decides: of two calls with one key, one inserts and the other
     // finds its row (in a second statement if the first committed while it waited).
-    let inserted: Option<(i64,)> = sqlx::query_as(
-        "INSERT INTO provider_charges (provider_key, amount_cents, currency) VALUES ($1, $2, $3) \
-         ON CONFLICT (provider_key) DO NOTHING RETURNING id",
-    )
-    .bind(key)
-    .bind(request.amount_cents)
-    .bind(&request.currency)
-    .fetch_optional(pool.get_ref())
-    .await?;
+    let inserted = DB::insert_charge(&pool, key, request.amount_cents, &request.currency).await?;
     let (status, id) = match inserted {
-        Some((id,)) => (StatusCode::CREATED, id),
+        Some(id) => (StatusCode::CREATED, id),
         None => {
-            let (id, amount_cents, currency): (i64, i64, String) = sqlx::query_as(
-                "UPDATE provider_charges SET requests = requests + 1 WHERE provider_key = $1 \
-                 RETURNING id, amount_cents, currency",
-            )
-            .bind(key)
-            .fetch_one(pool.get_ref())
-            .await?;
+            let (id, amount_cents, currency) = DB::repeat_charge(&pool, key).await?;
             if amount_cents != request.amount_cents || currency != request.currency {
                 return Err(PaymentError::ProviderKeyReused);
             }
@@ -400,7 +353,7 @@ async fn provider_charge(
 
 /// Starts the relay that delivers receipts from idem's outbox into `receipts`. Delivery
 /// is at least once; the message id deduplicates, and `deliveries` counts repeats.
-pub(crate) fn spawn_relay(pool: PgPool) -> idem::RelayHandle {
+pub(crate) fn spawn_relay<DB: PaymentStore>(pool: Pool<DB>) -> idem::RelayHandle {
     let sink = pool.clone();
     idem::Relay::new(pool)
         .poll_interval(Duration::from_millis(200))
@@ -410,7 +363,10 @@ pub(crate) fn spawn_relay(pool: PgPool) -> idem::RelayHandle {
         })
 }
 
-async fn deliver_receipt(pool: &PgPool, message: &idem::Message) -> Result<(), sqlx::Error> {
+async fn deliver_receipt<DB: PaymentStore>(
+    pool: &Pool<DB>,
+    message: &idem::Message,
+) -> Result<(), sqlx::Error> {
     if message.topic() != RECEIPTS_TOPIC {
         // Not ours: handled means "nothing to do", so it is not offered again.
         return Ok(());
@@ -418,18 +374,7 @@ async fn deliver_receipt(pool: &PgPool, message: &idem::Message) -> Result<(), s
     let receipt: Receipt = message
         .payload_as()
         .map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
-    sqlx::query(
-        "INSERT INTO receipts (message_id, payment_id, amount_cents, currency) \
-         VALUES ($1::uuid, $2, $3, $4) \
-         ON CONFLICT (message_id) DO UPDATE SET deliveries = receipts.deliveries + 1",
-    )
-    .bind(message.id())
-    .bind(receipt.payment_id)
-    .bind(receipt.amount_cents)
-    .bind(&receipt.currency)
-    .execute(pool)
-    .await?;
-    Ok(())
+    DB::record_receipt(pool, message.id(), &receipt).await
 }
 
 /// Everything the payment routes answer besides success, as `application/problem+json`.
@@ -562,3 +507,186 @@ impl ResponseError for PaymentError {
             .body(body.to_string())
     }
 }
+
+/// The payments' SQL for one database: implemented for PostgreSQL and SQLite below.
+/// `Send` futures where the relay (on `tokio::spawn`) awaits them.
+pub(crate) trait PaymentStore: Store {
+    /// Inserts a payment in state `created`.
+    fn insert_payment(
+        conn: &mut Self::Connection,
+        account: i64,
+        amount_cents: i64,
+        currency: &str,
+    ) -> impl Future<Output = sqlx::Result<Payment>>;
+
+    /// Records the provider's charge: state `charged`.
+    fn mark_charged(
+        conn: &mut Self::Connection,
+        id: i64,
+        charge_id: &str,
+    ) -> impl Future<Output = sqlx::Result<Payment>>;
+
+    /// State `succeeded`.
+    fn mark_succeeded(
+        conn: &mut Self::Connection,
+        id: i64,
+    ) -> impl Future<Output = sqlx::Result<Payment>>;
+
+    /// One payment of the account.
+    fn get_payment(
+        pool: &Pool<Self>,
+        id: i64,
+        account: i64,
+    ) -> impl Future<Output = sqlx::Result<Option<Payment>>>;
+
+    /// The provider's first charge for `key`; `None` when the key charged before. The
+    /// unique constraint decides: of two calls with one key, one inserts and the other
+    /// finds its row.
+    fn insert_charge(
+        pool: &Pool<Self>,
+        key: &str,
+        amount_cents: i64,
+        currency: &str,
+    ) -> impl Future<Output = sqlx::Result<Option<i64>>>;
+
+    /// Counts a repeated call with `key`; returns the charge's `(id, amount, currency)`.
+    fn repeat_charge(
+        pool: &Pool<Self>,
+        key: &str,
+    ) -> impl Future<Output = sqlx::Result<(i64, i64, String)>>;
+
+    /// Stores a delivered receipt once per message id, counting deliveries.
+    fn record_receipt(
+        pool: &Pool<Self>,
+        message_id: &str,
+        receipt: &Receipt,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+}
+
+/// Implements [`PaymentStore`] for one database: the same statements, but for how
+/// `created_at` is rendered and how a message id is written.
+macro_rules! payment_store {
+    ($db:ty, $created_at:literal, $message_id:literal) => {
+        impl PaymentStore for $db {
+            async fn insert_payment(
+                conn: &mut Self::Connection,
+                account: i64,
+                amount_cents: i64,
+                currency: &str,
+            ) -> sqlx::Result<Payment> {
+                sqlx::query_as(concat!(
+                    "INSERT INTO payments (account_id, amount_cents, currency) \
+                     VALUES ($1, $2, $3) RETURNING ",
+                    "id, amount_cents, currency, state, provider_charge_id, ",
+                    $created_at
+                ))
+                .bind(account)
+                .bind(amount_cents)
+                .bind(currency)
+                .fetch_one(conn)
+                .await
+            }
+
+            async fn mark_charged(
+                conn: &mut Self::Connection,
+                id: i64,
+                charge_id: &str,
+            ) -> sqlx::Result<Payment> {
+                sqlx::query_as(concat!(
+                    "UPDATE payments SET state = 'charged', provider_charge_id = $2 \
+                     WHERE id = $1 RETURNING ",
+                    "id, amount_cents, currency, state, provider_charge_id, ",
+                    $created_at
+                ))
+                .bind(id)
+                .bind(charge_id)
+                .fetch_one(conn)
+                .await
+            }
+
+            async fn mark_succeeded(conn: &mut Self::Connection, id: i64) -> sqlx::Result<Payment> {
+                sqlx::query_as(concat!(
+                    "UPDATE payments SET state = 'succeeded' WHERE id = $1 RETURNING ",
+                    "id, amount_cents, currency, state, provider_charge_id, ",
+                    $created_at
+                ))
+                .bind(id)
+                .fetch_one(conn)
+                .await
+            }
+
+            async fn get_payment(
+                pool: &Pool<Self>,
+                id: i64,
+                account: i64,
+            ) -> sqlx::Result<Option<Payment>> {
+                sqlx::query_as(concat!(
+                    "SELECT id, amount_cents, currency, state, provider_charge_id, ",
+                    $created_at,
+                    " FROM payments WHERE id = $1 AND account_id = $2"
+                ))
+                .bind(id)
+                .bind(account)
+                .fetch_optional(pool)
+                .await
+            }
+
+            async fn insert_charge(
+                pool: &Pool<Self>,
+                key: &str,
+                amount_cents: i64,
+                currency: &str,
+            ) -> sqlx::Result<Option<i64>> {
+                sqlx::query_scalar(
+                    "INSERT INTO provider_charges (provider_key, amount_cents, currency) \
+                     VALUES ($1, $2, $3) ON CONFLICT (provider_key) DO NOTHING RETURNING id",
+                )
+                .bind(key)
+                .bind(amount_cents)
+                .bind(currency)
+                .fetch_optional(pool)
+                .await
+            }
+
+            async fn repeat_charge(
+                pool: &Pool<Self>,
+                key: &str,
+            ) -> sqlx::Result<(i64, i64, String)> {
+                sqlx::query_as(
+                    "UPDATE provider_charges SET requests = requests + 1 \
+                     WHERE provider_key = $1 RETURNING id, amount_cents, currency",
+                )
+                .bind(key)
+                .fetch_one(pool)
+                .await
+            }
+
+            async fn record_receipt(
+                pool: &Pool<Self>,
+                message_id: &str,
+                receipt: &Receipt,
+            ) -> sqlx::Result<()> {
+                sqlx::query(concat!(
+                    "INSERT INTO receipts (message_id, payment_id, amount_cents, currency) VALUES (",
+                    $message_id,
+                    ", $2, $3, $4) \
+                     ON CONFLICT (message_id) DO UPDATE SET deliveries = receipts.deliveries + 1"
+                ))
+                .bind(message_id)
+                .bind(receipt.payment_id)
+                .bind(receipt.amount_cents)
+                .bind(&receipt.currency)
+                .execute(pool)
+                .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+payment_store!(
+    Postgres,
+    "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS created_at",
+    "$1::uuid"
+);
+payment_store!(Sqlite, "created_at", "$1");

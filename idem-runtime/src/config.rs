@@ -7,13 +7,14 @@ use std::time::Duration;
 use actix_web::HttpRequest;
 use actix_web::http::header::{self, HeaderName};
 use actix_web::web;
-use sqlx::{Pool, Postgres};
+use sqlx::Pool;
 
-use crate::store::Backend;
+use crate::store::{Backend, DefaultBackend};
 
 /// idem's configuration, registered once with `App::app_data`.
 ///
-/// Cloning is cheap (the pool and settings are shared).
+/// Cloning is cheap (the pool and settings are shared). The pool decides the backend:
+/// a `PgPool` keeps keys in PostgreSQL, a `SqlitePool` in SQLite.
 ///
 /// ```
 /// use actix_web::App;
@@ -26,7 +27,7 @@ use crate::store::Backend;
 /// let app = App::new().app_data(idem.clone());
 /// # }
 /// ```
-pub struct Idem<DB: Backend = Postgres> {
+pub struct Idem<DB: Backend = DefaultBackend> {
     pool: Pool<DB>,
     settings: Arc<Settings>,
 }
@@ -39,6 +40,7 @@ struct Settings {
     max_stored_bytes: usize,
     replay_headers: Vec<HeaderName>,
     keyring: crate::encryption::Slot,
+    begin_sql: Arc<str>,
 }
 
 /// Headers that carry credentials or per-connection state; never stored or replayed.
@@ -52,14 +54,20 @@ const NEVER_REPLAYED: [HeaderName; 7] = [
     header::CONTENT_LENGTH,
 ];
 
-impl Idem<Postgres> {
+impl<DB: Backend> Idem<DB> {
     /// Uses `pool` for the key table and for the transactions handed to handlers.
     ///
     /// Defaults: a duplicate waits at most 1 s for the request holding its key
     /// ([`claim_wait`](Self::claim_wait)), request bodies up to 2 MiB, stored
     /// responses up to 4 MiB, and `Location`, `Content-Type`, `Content-Location`,
     /// `ETag` and `Last-Modified` replayed.
-    pub fn new(pool: Pool<Postgres>) -> Self {
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::SqlitePool) {
+    /// let idem = idem_runtime::Idem::new(pool); // an Idem<sqlx::Sqlite>
+    /// # }
+    /// ```
+    pub fn new(pool: Pool<DB>) -> Self {
         let claim_wait = Duration::from_secs(1);
         Self {
             pool,
@@ -75,6 +83,7 @@ impl Idem<Postgres> {
                     header::LAST_MODIFIED,
                 ],
                 keyring: Default::default(),
+                begin_sql: DB::begin_sql(claim_wait).into(),
             }),
         }
     }
@@ -86,6 +95,10 @@ impl Idem<Postgres> {
     /// you expect at once. When the first request commits within this time, the
     /// duplicate replays its response instead of getting a 409.
     ///
+    /// On SQLite, which lets one writer at a time into the database, this is the busy
+    /// timeout of every request's `BEGIN IMMEDIATE`: any request (a duplicate or not)
+    /// that cannot start writing within it is answered 409 with `Retry-After: 1`.
+    ///
     /// # Panics
     /// If `wait` is zero (PostgreSQL reads a zero lock timeout as "wait forever").
     pub fn claim_wait(mut self, wait: Duration) -> Self {
@@ -95,11 +108,10 @@ impl Idem<Postgres> {
         );
         let settings = Arc::make_mut(&mut self.settings);
         settings.claim_wait = wait;
+        settings.begin_sql = DB::begin_sql(wait).into();
         self
     }
-}
 
-impl<DB: Backend> Idem<DB> {
     /// The largest request body idem reads; larger ones get 413 before anything is stored.
     pub fn max_request_bytes(mut self, bytes: usize) -> Self {
         Arc::make_mut(&mut self.settings).max_request_bytes = bytes;
@@ -172,6 +184,10 @@ impl<DB: Backend> Idem<DB> {
 
     pub(crate) fn replayed_headers(&self) -> &[HeaderName] {
         &self.settings.replay_headers
+    }
+
+    pub(crate) fn begin_sql(&self) -> Arc<str> {
+        Arc::clone(&self.settings.begin_sql)
     }
 
     pub(crate) fn claim_wait_time(&self) -> Duration {

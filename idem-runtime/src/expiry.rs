@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::FutureExt;
-use sqlx::PgPool;
+use sqlx::Pool;
 use sqlx::migrate::Migrator;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::store::postgres::expiry as store;
+use crate::store::{Backend, DefaultBackend};
 
 /// The expiry task: deletes key rows whose retention has ended, in bounded batches.
 ///
@@ -31,7 +31,8 @@ use crate::store::postgres::expiry as store;
 /// task: batches skip rows another sweep (or a request) has locked, so sweeps neither
 /// wait for each other nor delete a row twice.
 ///
-/// Clones share their [statistics](Self::stats).
+/// Clones share their [statistics](Self::stats). On SQLite a batch is one `DELETE` by
+/// `rowid`; the database lets one writer in at a time, so sweeps never meet.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -46,9 +47,8 @@ use crate::store::postgres::expiry as store;
 /// handle.stop().await;
 /// # }
 /// ```
-#[derive(Clone)]
-pub struct Expiry {
-    pool: PgPool,
+pub struct Expiry<DB: Backend = DefaultBackend> {
+    pool: Pool<DB>,
     interval: Duration,
     batch_size: u32,
     pause: Duration,
@@ -57,7 +57,20 @@ pub struct Expiry {
     stats: Arc<Mutex<ExpiryStats>>,
 }
 
-impl fmt::Debug for Expiry {
+impl<DB: Backend> Clone for Expiry<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            interval: self.interval,
+            batch_size: self.batch_size,
+            pause: self.pause,
+            script: Arc::clone(&self.script),
+            stats: Arc::clone(&self.stats),
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Expiry<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Expiry")
             .field("interval", &self.interval)
@@ -68,6 +81,8 @@ impl fmt::Debug for Expiry {
     }
 }
 
+// The defaults are on `Expiry` with the default backend so that `Expiry::DEFAULT_*` needs
+// no type annotation; they hold for every backend.
 impl Expiry {
     /// Rows per batch unless [`batch_size`](Self::batch_size) says otherwise. A batch of
     /// 100 is a few milliseconds of one backend's work, short enough that live requests
@@ -100,7 +115,9 @@ impl Expiry {
     /// assert_eq!(idem_runtime::Expiry::DEFAULT_PAUSE.as_millis(), 5);
     /// ```
     pub const DEFAULT_PAUSE: Duration = Duration::from_millis(5);
+}
 
+impl<DB: Backend> Expiry<DB> {
     /// An expiry task on `pool`: a sweep every 60 s, batches of 100 rows, 5 ms between
     /// batches.
     ///
@@ -109,13 +126,13 @@ impl Expiry {
     /// let expiry = idem_runtime::Expiry::new(pool);
     /// # }
     /// ```
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: Pool<DB>) -> Self {
         Self {
             pool,
-            interval: Self::DEFAULT_INTERVAL,
-            batch_size: Self::DEFAULT_BATCH_SIZE,
-            pause: Self::DEFAULT_PAUSE,
-            script: store::batch_script(Self::DEFAULT_BATCH_SIZE).into(),
+            interval: Expiry::DEFAULT_INTERVAL,
+            batch_size: Expiry::DEFAULT_BATCH_SIZE,
+            pause: Expiry::DEFAULT_PAUSE,
+            script: DB::batch_statement(Expiry::DEFAULT_BATCH_SIZE).into(),
             stats: Arc::default(),
         }
     }
@@ -148,7 +165,7 @@ impl Expiry {
     pub fn batch_size(mut self, rows: u32) -> Self {
         assert!(rows > 0, "the expiry batch size must be at least 1");
         self.batch_size = rows;
-        self.script = store::batch_script(rows).into();
+        self.script = DB::batch_statement(rows).into();
         self
     }
 
@@ -224,11 +241,12 @@ impl Expiry {
     /// # }
     /// ```
     pub async fn count_deletable(&self) -> Result<u64, sqlx::Error> {
-        store::count_deletable(&self.pool).await
+        DB::count_deletable(&self.pool).await
     }
 
-    /// PostgreSQL's plan for one batch (`EXPLAIN`, which does not run the statement):
-    /// shows that the rows are found through the `expires_at` index.
+    /// The database's plan for one batch (`EXPLAIN` on PostgreSQL, `EXPLAIN QUERY PLAN`
+    /// on SQLite; neither runs the statement): shows that the rows are found through the
+    /// `expires_at` index.
     ///
     /// ```no_run
     /// # async fn plan(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
@@ -238,7 +256,7 @@ impl Expiry {
     /// # }
     /// ```
     pub async fn explain(&self) -> Result<String, sqlx::Error> {
-        Ok(store::explain_batch(&self.pool, self.batch_size)
+        Ok(DB::explain_batch(&self.pool, self.batch_size)
             .await?
             .join("\n"))
     }
@@ -286,7 +304,7 @@ impl Expiry {
     /// handle.stop().await;
     /// # }
     /// ```
-    pub fn spawn(self) -> ExpiryHandle {
+    pub fn spawn(self) -> ExpiryHandle<DB> {
         let expiry = Arc::new(self);
         let (stop, stopped) = oneshot::channel::<()>();
         // A dropped sender resolves the receiver too: dropping the handle stops the task.
@@ -307,7 +325,7 @@ impl Expiry {
         let mut stopped = false;
         loop {
             let batch_started = Instant::now();
-            let deleted = match store::delete_batch(&self.pool, &self.script).await {
+            let deleted = match DB::delete_batch(&self.pool, &self.script).await {
                 Ok(deleted) => deleted,
                 Err(sqlx::Error::PoolClosed) => {
                     // The application is shutting down: not a failure of the sweep.
@@ -410,7 +428,7 @@ struct SweepOutcome {
 /// The task's loop. Like sqlx's pool reaper it keeps only a weak reference while it
 /// sleeps, so it ends when its owner is gone, and it ends on the stop signal or when the
 /// pool is closed.
-async fn run_until(expiry: Weak<Expiry>, shutdown: impl Future<Output = ()>) {
+async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<Output = ()>) {
     let Some(closed) = expiry.upgrade().map(|e| e.pool.close_event()) else {
         return;
     };
@@ -449,13 +467,13 @@ async fn run_until(expiry: Weak<Expiry>, shutdown: impl Future<Output = ()>) {
 /// ```
 #[must_use = "the expiry task stops when its handle is dropped"]
 #[derive(Debug)]
-pub struct ExpiryHandle {
-    expiry: Arc<Expiry>,
+pub struct ExpiryHandle<DB: Backend = DefaultBackend> {
+    expiry: Arc<Expiry<DB>>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
 }
 
-impl ExpiryHandle {
+impl<DB: Backend> ExpiryHandle<DB> {
     /// Totals of the task's sweeps so far; see [`Expiry::stats`].
     ///
     /// ```no_run
@@ -719,11 +737,11 @@ impl fmt::Display for SchemaStatus {
 /// # Ok(())
 /// # }
 /// ```
-pub async fn schema_status(pool: &PgPool) -> Result<SchemaStatus, sqlx::Error> {
-    let Some(applied) = store::applied_migrations(pool).await? else {
+pub async fn schema_status<DB: Backend>(pool: &Pool<DB>) -> Result<SchemaStatus, sqlx::Error> {
+    let Some(applied) = DB::applied_migrations(pool).await? else {
         return Ok(SchemaStatus::Missing);
     };
-    Ok(compare(&crate::migrate::migrator(), &applied))
+    Ok(compare(&crate::migrate::migrator::<DB>(), &applied))
 }
 
 fn compare(built_in: &Migrator, applied: &[(i64, bool, Vec<u8>)]) -> SchemaStatus {
@@ -770,8 +788,8 @@ fn compare(built_in: &Migrator, applied: &[(i64, bool, Vec<u8>)]) -> SchemaStatu
 /// # Ok(())
 /// # }
 /// ```
-pub async fn key_stats(pool: &PgPool) -> Result<KeyStats, sqlx::Error> {
-    store::key_stats(pool).await
+pub async fn key_stats<DB: Backend>(pool: &Pool<DB>) -> Result<KeyStats, sqlx::Error> {
+    DB::key_stats(pool).await
 }
 
 /// What [`key_stats`] found.
@@ -925,12 +943,12 @@ pub const BODY_PREVIEW_BYTES: usize = 1024;
 /// # Ok(())
 /// # }
 /// ```
-pub async fn inspect_key(
-    pool: &PgPool,
+pub async fn inspect_key<DB: Backend>(
+    pool: &Pool<DB>,
     scope: &str,
     key: &str,
 ) -> Result<Option<KeyRecord>, sqlx::Error> {
-    store::inspect_key(pool, scope, key, BODY_PREVIEW_BYTES).await
+    DB::inspect_key(pool, scope, key, BODY_PREVIEW_BYTES).await
 }
 
 /// A key row, as [`inspect_key`] reads it.
@@ -980,7 +998,7 @@ mod tests {
     use super::*;
 
     fn applied(rows: &[(i64, bool)]) -> Vec<(i64, bool, Vec<u8>)> {
-        let built_in = crate::migrate::migrator();
+        let built_in = crate::migrate::migrator::<DefaultBackend>();
         rows.iter()
             .map(|&(version, success)| {
                 let checksum = built_in
@@ -993,7 +1011,7 @@ mod tests {
     }
 
     fn versions() -> Vec<i64> {
-        crate::migrate::migrator()
+        crate::migrate::migrator::<DefaultBackend>()
             .iter()
             .map(|m| m.version)
             .collect()
@@ -1004,7 +1022,10 @@ mod tests {
         let all: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         let latest = *versions().last().unwrap();
         assert_eq!(
-            compare(&crate::migrate::migrator(), &applied(&all)),
+            compare(
+                &crate::migrate::migrator::<DefaultBackend>(),
+                &applied(&all)
+            ),
             SchemaStatus::Current { version: latest }
         );
     }
@@ -1013,7 +1034,7 @@ mod tests {
     fn a_missing_migration_is_behind_and_an_unknown_one_ahead() {
         let latest = *versions().last().unwrap();
         assert_eq!(
-            compare(&crate::migrate::migrator(), &[]),
+            compare(&crate::migrate::migrator::<DefaultBackend>(), &[]),
             SchemaStatus::Behind {
                 version: None,
                 expected: latest
@@ -1022,7 +1043,10 @@ mod tests {
         let mut rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         rows.push((latest + 1, true));
         assert_eq!(
-            compare(&crate::migrate::migrator(), &applied(&rows)),
+            compare(
+                &crate::migrate::migrator::<DefaultBackend>(),
+                &applied(&rows)
+            ),
             SchemaStatus::Ahead {
                 version: latest + 1,
                 expected: latest
@@ -1034,14 +1058,17 @@ mod tests {
     fn failed_and_modified_migrations_are_named() {
         let first = versions()[0];
         assert_eq!(
-            compare(&crate::migrate::migrator(), &applied(&[(first, false)])),
+            compare(
+                &crate::migrate::migrator::<DefaultBackend>(),
+                &applied(&[(first, false)])
+            ),
             SchemaStatus::Failed { version: first }
         );
         let rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
         let mut rows = applied(&rows);
         rows[0].2 = vec![0; 48];
         assert_eq!(
-            compare(&crate::migrate::migrator(), &rows),
+            compare(&crate::migrate::migrator::<DefaultBackend>(), &rows),
             SchemaStatus::Modified { version: first }
         );
     }

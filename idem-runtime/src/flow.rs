@@ -207,6 +207,8 @@ impl<DB: Backend> Prepared<DB> {
 
         let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
             Ok(txn) => txn,
+            // SQLite: another request holds the database's write lock past `claim_wait`.
+            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
         match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {

@@ -1,32 +1,38 @@
 //! idem's schema, applied with its own migration history.
 
-use sqlx::PgPool;
+use sqlx::Pool;
 use sqlx::migrate::{MigrateError, Migrator};
+
+use crate::store::Backend;
 
 /// Name of the table that records which of idem's migrations ran.
 pub const MIGRATIONS_TABLE: &str = "_idem_migrations";
 
-/// Creates or upgrades idem's tables (`idem_keys`).
+/// Creates or upgrades idem's tables (`idem_keys`, `idem_phases`, `idem_outbox`) on
+/// PostgreSQL or SQLite, whichever `pool` is for.
 ///
 /// idem records its migrations in `_idem_migrations`, apart from the application's
 /// `_sqlx_migrations`, so the application's own `sqlx::migrate!` never sees versions it
-/// does not know. Safe to call from every instance at startup: a PostgreSQL advisory
-/// lock lets one instance migrate while the others wait, and applied migrations are
-/// skipped.
+/// does not know. Safe to call at every startup: applied migrations are skipped. On
+/// PostgreSQL an advisory lock lets one instance migrate while the others wait; on SQLite
+/// (one machine) start one process's migration at a time.
 ///
 /// ```no_run
 /// # async fn start() -> Result<(), Box<dyn std::error::Error>> {
 /// let pool = sqlx::PgPool::connect("postgres://localhost/shop").await?;
 /// idem_runtime::migrate(&pool).await?;
+///
+/// let pool = sqlx::SqlitePool::connect("sqlite://shop.db?mode=rwc").await?;
+/// idem_runtime::migrate(&pool).await?;
 /// # Ok(())
 /// # }
 /// ```
-pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
-    migrator().run(pool).await
+pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), MigrateError> {
+    DB::run_migrations(&migrator::<DB>(), pool).await
 }
 
-pub(crate) fn migrator() -> Migrator {
-    let mut migrator = sqlx::migrate!("migrations/postgres");
+pub(crate) fn migrator<DB: Backend>() -> Migrator {
+    let mut migrator = DB::migrator();
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     migrator
 }

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sqlx::{Pool, Postgres};
+use sqlx::Pool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::Tx;
-use crate::store::{Backend, OutboxRow};
+use crate::store::{Backend, DefaultBackend, OutboxRow};
 
 /// How often a running relay deletes messages delivered longer ago than
 /// [`Relay::keep_delivered`].
@@ -181,7 +181,7 @@ impl Message {
 /// relay.stop().await;
 /// # }
 /// ```
-pub struct Relay<DB: Backend = Postgres> {
+pub struct Relay<DB: Backend = DefaultBackend> {
     pool: Pool<DB>,
     batch_size: u32,
     poll_interval: Duration,
@@ -191,8 +191,8 @@ pub struct Relay<DB: Backend = Postgres> {
     keep_delivered: Duration,
 }
 
-impl Relay<Postgres> {
-    /// A relay over idem's outbox in `pool`'s database.
+impl<DB: Backend> Relay<DB> {
+    /// A relay over idem's outbox in `pool`'s database (PostgreSQL or SQLite).
     ///
     /// Defaults: batches of 32 messages, a poll every 500 ms when the outbox is empty, a
     /// delivery timeout of 60 s, retries after 1 s doubling up to 5 min, and delivered
@@ -204,7 +204,7 @@ impl Relay<Postgres> {
     /// # let _ = relay;
     /// # }
     /// ```
-    pub fn new(pool: Pool<Postgres>) -> Self {
+    pub fn new(pool: Pool<DB>) -> Self {
         Self {
             pool,
             batch_size: 32,
@@ -215,9 +215,7 @@ impl Relay<Postgres> {
             keep_delivered: Duration::from_secs(24 * 60 * 60),
         }
     }
-}
 
-impl<DB: Backend> Relay<DB> {
     /// How many messages one round takes at most.
     ///
     /// ```
@@ -392,7 +390,7 @@ impl<DB: Backend> Relay<DB> {
     }
 }
 
-impl Relay<Postgres> {
+impl<DB: Backend> Relay<DB> {
     /// Starts delivering on the current Tokio runtime until [`RelayHandle::stop`] is
     /// called, the handle is dropped, or the pool is closed.
     ///

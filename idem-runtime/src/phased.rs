@@ -20,7 +20,6 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
-use sqlx::Postgres;
 use tracing::Instrument;
 
 use crate::flow::{
@@ -28,7 +27,9 @@ use crate::flow::{
 };
 use crate::metrics::timed;
 use crate::problem::ProblemKind;
-use crate::store::{AttemptRef, AttemptRow, Backend, PhaseRecord, PhasedClaim, StoredResponse};
+use crate::store::{
+    AttemptRef, AttemptRow, Backend, DefaultBackend, PhaseRecord, PhasedClaim, StoredResponse,
+};
 use crate::{Idem, Tx};
 
 /// The longest phase name, in bytes; names are stored beside each recorded output.
@@ -88,7 +89,7 @@ pub const MAX_PHASE_NAME_LEN: usize = 200;
 /// Code outside phases runs again on every attempt, including takeovers: keep it to
 /// computing the response from the phases' outputs. Side effects belong in phases, and
 /// calls to other services take a [`derived_key`](Self::derived_key).
-pub struct Phases<DB: Backend = Postgres> {
+pub struct Phases<DB: Backend = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
     /// Outputs of the phases committed before this attempt, by name.
@@ -363,7 +364,7 @@ impl<DB: Backend> fmt::Debug for Phases<DB> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Lease<DB: Backend = Postgres> {
+pub struct Lease<DB: Backend = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
 }
@@ -376,6 +377,11 @@ impl<DB: Backend> Lease<DB> {
     /// write in it would not be seen). Fails with [`PhaseErrorKind::TakenOver`] when a
     /// retry has already taken the attempt over: stop working, nothing more it writes
     /// will be recorded.
+    ///
+    /// On SQLite, which has one writer at a time, extend before the phase's first write:
+    /// once the phase has written, its transaction holds the write lock, the extension
+    /// waits for it until the busy timeout and the attempt ends as a storage failure.
+    /// (While the phase holds the lock, no retry can take the key over either.)
     ///
     /// ```
     /// # async fn f(lease: &idem_runtime::Lease) -> Result<(), idem_runtime::PhaseError> {
@@ -687,6 +693,8 @@ impl<DB: Backend> Prepared<DB> {
         // duplicates out from here on, not an open transaction.
         let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
             Ok(txn) => txn,
+            // SQLite: another request holds the database's write lock past `claim_wait`.
+            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
         let row = match timed(

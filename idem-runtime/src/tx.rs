@@ -3,19 +3,22 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use crate::store::Backend;
+use crate::store::{Backend, DefaultBackend};
 
 /// The database transaction idem opened for this request, handed to the handler.
 ///
 /// The key row is already in it; every business write made through it commits
 /// together with the stored response, or not at all. It dereferences to the
-/// driver's connection (`PgConnection` for PostgreSQL), so queries run with
-/// `&mut *tx`, and helpers taking `&mut PgConnection` accept `&mut tx`.
+/// driver's connection (`PgConnection` for PostgreSQL, `SqliteConnection` for SQLite),
+/// so queries run with `&mut *tx`, and helpers taking `&mut PgConnection` accept
+/// `&mut tx`.
 /// It has no `commit` or `rollback`: idem commits when the handler returns a
 /// response below 500 and rolls back on a 5xx, a panic or a storage error.
 ///
 /// Write `tx: idem::Tx` in an `#[idempotent]` handler; the macro supplies the
-/// lifetime and makes the binding mutable.
+/// lifetime and makes the binding mutable. The type parameter names the database:
+/// `idem::Tx` is PostgreSQL, `idem::Tx<'_, sqlx::Sqlite>` SQLite, and the handler's
+/// `Idem` must be built on a pool of that database.
 ///
 /// ```
 /// use idem_runtime::Tx;
@@ -27,7 +30,7 @@ use crate::store::Backend;
 ///         .await
 /// }
 /// ```
-pub struct Tx<'c, DB: Backend = sqlx::Postgres> {
+pub struct Tx<'c, DB: Backend = DefaultBackend> {
     conn: &'c mut DB::Connection,
 }
 

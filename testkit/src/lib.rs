@@ -1,4 +1,5 @@
-//! Test support for idem: every integration test gets a real, empty PostgreSQL database.
+//! Test support for idem: every integration test gets a real, empty PostgreSQL database,
+//! and with [`TestSqlite`] a SQLite file of its own.
 //!
 //! [`TestDb::new`] creates a fresh database with a unique name and [`Drop`] removes it again.
 //!
@@ -26,6 +27,9 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod sqlite;
+pub use sqlite::TestSqlite;
 
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Executor};

@@ -10,7 +10,6 @@ use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use idem_testkit::TestDb;
 use serde_json::Value;
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -164,13 +163,13 @@ pub(crate) struct Example {
 }
 
 impl Example {
-    /// Starts the example on a free port, with `IDEM_EXAMPLE_CRASH_AFTER=crash_after` if
+    /// Starts the example on `database_url` and a free port, with `IDEM_EXAMPLE_CRASH_AFTER=crash_after` if
     /// given, and waits for it to say it serves. The child is killed when dropped.
-    pub(crate) async fn start(db: &TestDb, crash_after: Option<&str>) -> Self {
+    pub(crate) async fn start(database_url: &str, crash_after: Option<&str>) -> Self {
         let addr = format!("127.0.0.1:{}", free_port());
         let mut command = Command::new(example_binary());
         command
-            .env("DATABASE_URL", db.url())
+            .env("DATABASE_URL", database_url)
             .env("BIND_ADDR", &addr)
             .env_remove("IDEM_EXAMPLE_CRASH_AFTER")
             .stdout(Stdio::piped())
@@ -286,9 +285,9 @@ pub(crate) fn payment_json(amount_cents: i64, currency: &str) -> String {
 }
 
 /// Counts rows of one of the example's tables (or idem's).
-pub(crate) async fn count(pool: &PgPool, table: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|error| panic!("count {table}: {error}"))
+pub(crate) async fn count<DB: crate::support::TestBackend>(
+    pool: &sqlx::Pool<DB>,
+    table: &str,
+) -> i64 {
+    DB::scalar(pool, &format!("SELECT count(*) FROM {table}")).await
 }

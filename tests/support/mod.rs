@@ -1,12 +1,15 @@
-//! Shared by the integration tests: the example's application on a fresh PostgreSQL
-//! database, requests to it, and what the database holds afterwards.
+//! Shared by the integration tests: the example's application on a fresh database
+//! (PostgreSQL, or a SQLite file), requests to it, and what the database holds afterwards.
 //!
-//! Every test file says `mod support;` and uses the part it needs.
+//! Every test file says `mod support;` and uses the part it needs. A test written once as
+//! `async fn name<DB: TestBackend>()` runs on both databases with
+//! `support::backend_tests!(name, ..)`.
 #![allow(dead_code)]
 
 #[path = "../../examples/orders/app.rs"]
 pub(crate) mod app;
 
+use std::future::Future;
 use std::rc::Rc;
 
 use actix_web::App;
@@ -14,9 +17,9 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::test::{self, TestRequest};
 use actix_web::web::{self, Bytes};
 use futures_util::future::LocalBoxFuture;
-use idem_testkit::TestDb;
+use idem_testkit::{TestDb, TestSqlite};
 use serde_json::Value;
-use sqlx::PgPool;
+use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite};
 
 /// Two callers.
 pub(crate) const ALICE: i64 = 1001;
@@ -32,17 +35,168 @@ pub(crate) const APP_PROBLEM: &str =
 /// Pool size for the tests: room for 20 concurrent requests plus the test's own queries.
 pub(crate) const POOL_SIZE: u32 = 25;
 
+/// Instantiates each generic test `name::<DB>()` once per database, as
+/// `postgres::name` and `sqlite::name`, so one test command runs both.
+#[allow(unused_macros)] // Each test file uses the part of this module it needs.
+macro_rules! backend_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod postgres {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    super::$name::<sqlx::Postgres>().await;
+                }
+            )+
+        }
+        mod sqlite {
+            $(
+                #[actix_web::test]
+                async fn $name() {
+                    super::$name::<sqlx::Sqlite>().await;
+                }
+            )+
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use backend_tests;
+
+/// `(scope, key, state, response_status)` of a key row.
+pub(crate) type KeyRow = (String, String, String, Option<i16>);
+
+/// A database the tests run on: how to get a fresh one, and the few reads whose SQL
+/// differs.
+pub(crate) trait TestBackend: app::Store {
+    /// The test database, dropped (and deleted) at the end of the test.
+    type Db;
+
+    /// A fresh, empty database and a pool of [`POOL_SIZE`] to it.
+    fn open() -> impl Future<Output = (Self::Db, Pool<Self>)>;
+
+    /// The database's URL, for a child process.
+    fn url(db: &Self::Db) -> String;
+
+    /// The text column `sql` returns, row by row.
+    fn texts(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<String>>;
+
+    /// The one integer `sql` returns.
+    fn scalar(pool: &Pool<Self>, sql: &str) -> impl Future<Output = i64>;
+
+    /// Rows in `orders` that belong to `account`.
+    fn orders_of(pool: &Pool<Self>, account: i64) -> impl Future<Output = i64>;
+
+    /// Every key row, in no particular order.
+    fn key_rows(pool: &Pool<Self>) -> impl Future<Output = Vec<KeyRow>>;
+
+    /// `expires_at - created_at` of every key row, in seconds.
+    fn retentions(pool: &Pool<Self>) -> impl Future<Output = Vec<i64>>;
+
+    /// The key row's `(state, recovery_point, fencing_token, lease held now)`.
+    fn key_state(pool: &Pool<Self>, key: &str)
+    -> impl Future<Output = (String, String, i64, bool)>;
+}
+
+/// Implements [`TestBackend`]: the same statements on both databases, but for how a
+/// retention is read from the two timestamps and how a lease is compared with now.
+macro_rules! test_backend {
+    ($db:ty, $test_db:ty, $open:expr, $retention:literal, $leased:literal) => {
+        impl TestBackend for $db {
+            type Db = $test_db;
+
+            async fn open() -> ($test_db, Pool<Self>) {
+                let db = $open;
+                let pool = db.pool(POOL_SIZE).await;
+                (db, pool)
+            }
+
+            fn url(db: &$test_db) -> String {
+                db.url().to_owned()
+            }
+
+            async fn texts(pool: &Pool<Self>, sql: &str) -> Vec<String> {
+                sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+                    .fetch_all(pool)
+                    .await
+                    .unwrap_or_else(|error| panic!("{sql}: {error}"))
+            }
+
+            async fn scalar(pool: &Pool<Self>, sql: &str) -> i64 {
+                sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(pool)
+                    .await
+                    .unwrap_or_else(|error| panic!("{sql}: {error}"))
+            }
+
+            async fn orders_of(pool: &Pool<Self>, account: i64) -> i64 {
+                sqlx::query_scalar("SELECT count(*) FROM orders WHERE account_id = $1")
+                    .bind(account)
+                    .fetch_one(pool)
+                    .await
+                    .expect("count orders")
+            }
+
+            async fn key_rows(pool: &Pool<Self>) -> Vec<KeyRow> {
+                sqlx::query_as("SELECT scope, idem_key, state, response_status FROM idem_keys")
+                    .fetch_all(pool)
+                    .await
+                    .expect("read idem_keys")
+            }
+
+            async fn key_state(pool: &Pool<Self>, key: &str) -> (String, String, i64, bool) {
+                sqlx::query_as(concat!(
+                    "SELECT state, recovery_point, fencing_token, ",
+                    $leased,
+                    " FROM idem_keys WHERE idem_key = $1"
+                ))
+                .bind(key)
+                .fetch_one(pool)
+                .await
+                .expect("read the key row")
+            }
+
+            async fn retentions(pool: &Pool<Self>) -> Vec<i64> {
+                sqlx::query_scalar(concat!("SELECT ", $retention, " FROM idem_keys"))
+                    .fetch_all(pool)
+                    .await
+                    .expect("read retentions")
+            }
+        }
+    };
+}
+
+test_backend!(
+    Postgres,
+    TestDb,
+    TestDb::new().await,
+    "extract(epoch FROM expires_at - created_at)::int8",
+    "coalesce(locked_until > clock_timestamp(), false)"
+);
+test_backend!(
+    Sqlite,
+    TestSqlite,
+    TestSqlite::new(),
+    "(expires_at - created_at) / 1000000",
+    "coalesce(locked_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0)"
+);
+
 /// A fresh database with idem's and the example's migrations applied.
-pub(crate) struct Env {
+pub(crate) struct Env<DB: TestBackend = Postgres> {
     /// Kept so the database outlives the test (it is dropped with the value).
-    pub(crate) db: TestDb,
-    pub(crate) pool: PgPool,
+    pub(crate) db: DB::Db,
+    pub(crate) pool: Pool<DB>,
 }
 
 impl Env {
+    /// A fresh PostgreSQL database.
     pub(crate) async fn new() -> Self {
-        let db = TestDb::new().await;
-        let pool = db.pool(POOL_SIZE).await;
+        Self::open().await
+    }
+}
+
+impl<DB: TestBackend> Env<DB> {
+    /// A fresh database of `DB`.
+    pub(crate) async fn open() -> Self {
+        let (db, pool) = DB::open().await;
         app::setup(&pool)
             .await
             .expect("migrations apply to a fresh database");
@@ -50,45 +204,31 @@ impl Env {
     }
 
     /// idem with its defaults, on this database.
-    pub(crate) fn idem(&self) -> idem::Idem {
+    pub(crate) fn idem(&self) -> idem::Idem<DB> {
         idem::Idem::new(self.pool.clone())
     }
 
     /// Rows in the example's `orders` table.
     pub(crate) async fn orders(&self) -> i64 {
-        self.scalar("SELECT count(*) FROM orders").await
+        DB::scalar(&self.pool, "SELECT count(*) FROM orders").await
     }
 
     /// Rows in `orders` that belong to `account`.
     pub(crate) async fn orders_of(&self, account: i64) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM orders WHERE account_id = $1")
-            .bind(account)
-            .fetch_one(&self.pool)
-            .await
-            .expect("count orders")
+        DB::orders_of(&self.pool, account).await
     }
 
     /// Rows in idem's key table.
     pub(crate) async fn keys(&self) -> i64 {
-        self.scalar("SELECT count(*) FROM idem_keys").await
+        DB::scalar(&self.pool, "SELECT count(*) FROM idem_keys").await
     }
 
-    /// `(scope, key, state, response_status)` of every key row, ordered by scope and key.
-    pub(crate) async fn key_rows(&self) -> Vec<(String, String, String, Option<i16>)> {
-        sqlx::query_as(
-            "SELECT scope, idem_key, state, response_status FROM idem_keys \
-             ORDER BY scope COLLATE \"C\", idem_key COLLATE \"C\"",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .expect("read idem_keys")
-    }
-
-    async fn scalar(&self, sql: &'static str) -> i64 {
-        sqlx::query_scalar(sql)
-            .fetch_one(&self.pool)
-            .await
-            .unwrap_or_else(|error| panic!("{sql}: {error}"))
+    /// `(scope, key, state, response_status)` of every key row, ordered by the bytes of
+    /// scope and key.
+    pub(crate) async fn key_rows(&self) -> Vec<KeyRow> {
+        let mut rows = DB::key_rows(&self.pool).await;
+        rows.sort();
+        rows
     }
 }
 
@@ -106,8 +246,8 @@ impl TestApp {
 
 /// The example's application with `idem`, plus whatever `extra` registers (test-only
 /// handlers and their app data).
-pub(crate) async fn service_with(
-    idem: &idem::Idem,
+pub(crate) async fn service_with<DB: app::Store>(
+    idem: &idem::Idem<DB>,
     extra: impl FnOnce(&mut web::ServiceConfig),
 ) -> TestApp {
     let service = Rc::new(
@@ -139,7 +279,7 @@ pub(crate) async fn service_with(
 }
 
 /// The example's application exactly as `main` builds it.
-pub(crate) async fn service(idem: &idem::Idem) -> TestApp {
+pub(crate) async fn service<DB: app::Store>(idem: &idem::Idem<DB>) -> TestApp {
     service_with(idem, |_| {}).await
 }
 

@@ -4,19 +4,48 @@
 //! so a second database slots in by implementing them with its own SQL.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqlx::Transaction;
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::{Pool, Transaction};
 
 use crate::Idem;
+use crate::expiry::{KeyRecord, KeyStats};
 use crate::fingerprint::Fingerprint;
 
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
 
-/// A database that can hold idem's keys. Implemented for [`sqlx::Postgres`].
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!("idem needs a database: enable the feature `postgres`, `sqlite` or both");
+
+/// The backend a bare `idem::Tx`, `idem::Idem` or `idem::Phases` names: PostgreSQL when
+/// the `postgres` feature is on (the default), else SQLite.
+#[cfg(feature = "postgres")]
+pub type DefaultBackend = sqlx::Postgres;
+
+/// The backend a bare `idem::Tx`, `idem::Idem` or `idem::Phases` names: PostgreSQL when
+/// the `postgres` feature is on (the default), else SQLite.
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+pub type DefaultBackend = sqlx::Sqlite;
+
+/// A database that can hold idem's keys. Implemented for [`sqlx::Postgres`] (feature
+/// `postgres`) and [`sqlx::Sqlite`] (feature `sqlite`).
 ///
 /// The trait is sealed: its methods are idem's storage protocol, not an extension point.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a database idem keeps keys in",
+    label = "name `sqlx::Postgres` or `sqlx::Sqlite` here",
+    note = "the type parameter of `idem::Tx` and `idem::Phases` names the database of the `Idem` the app registers"
+)]
 pub trait Backend: sqlx::Database + sealed::Sealed {
+    /// What opens a request's transaction with `claim_wait` as the longest wait for a
+    /// key held by another request; computed once per setting, not per request.
+    #[doc(hidden)]
+    fn begin_sql(claim_wait: Duration) -> String;
+
     /// Opens the request's transaction.
     #[doc(hidden)]
     fn begin(
@@ -158,12 +187,75 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         age: Duration,
         limit: u32,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+    // Migrations, expiry and the operator's views. `Send`, because the expiry task is
+    // handed to `tokio::spawn`.
+
+    /// idem's migrations for this database.
+    #[doc(hidden)]
+    fn migrator() -> Migrator;
+
+    /// Applies `migrator` (idem's, with its own history table).
+    #[doc(hidden)]
+    fn run_migrations<'a>(
+        migrator: &'a Migrator,
+        pool: &'a Pool<Self>,
+    ) -> impl Future<Output = Result<(), MigrateError>> + Send + 'a;
+
+    /// The statement (or script) that deletes one batch of up to `batch_size` expired keys.
+    #[doc(hidden)]
+    fn batch_statement(batch_size: u32) -> String;
+
+    /// Runs one batch built by [`batch_statement`](Self::batch_statement); returns the
+    /// rows it deleted.
+    #[doc(hidden)]
+    fn delete_batch(
+        pool: &Pool<Self>,
+        statement: &str,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+    /// The database's plan for one batch, one line per element.
+    #[doc(hidden)]
+    fn explain_batch(
+        pool: &Pool<Self>,
+        batch_size: u32,
+    ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send;
+
+    /// Rows a sweep started now would delete.
+    #[doc(hidden)]
+    fn count_deletable(pool: &Pool<Self>) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+    /// `(version, success, checksum)` of idem's applied migrations; `None` without a
+    /// history table.
+    #[doc(hidden)]
+    fn applied_migrations(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<Option<Vec<AppliedMigration>>, sqlx::Error>> + Send;
+
+    /// Counts by state and age, the oldest key in progress, sizes on disk.
+    #[doc(hidden)]
+    fn key_stats(pool: &Pool<Self>) -> impl Future<Output = Result<KeyStats, sqlx::Error>> + Send;
+
+    /// One key row with at most `preview` bytes of its body.
+    #[doc(hidden)]
+    fn inspect_key(
+        pool: &Pool<Self>,
+        scope: &str,
+        key: &str,
+        preview: usize,
+    ) -> impl Future<Output = Result<Option<KeyRecord>, sqlx::Error>> + Send;
 }
 
 mod sealed {
     pub trait Sealed {}
+    #[cfg(feature = "postgres")]
     impl Sealed for sqlx::Postgres {}
+    #[cfg(feature = "sqlite")]
+    impl Sealed for sqlx::Sqlite {}
 }
+
+/// `(version, success, checksum)` of a row of idem's migration history.
+pub(crate) type AppliedMigration = (i64, bool, Vec<u8>);
 
 /// Everything a claim writes about a request.
 #[doc(hidden)]
@@ -289,4 +381,52 @@ pub struct OutboxRow {
     pub payload: String,
     pub attempt: i32,
     pub seq: i64,
+}
+
+/// The stored header block is HTTP/1 lines, `name: value\r\n` (see the key table's
+/// migration); values stay bytes, as HTTP allows any octet in them.
+pub(crate) fn split_header_lines(block: &[u8]) -> Vec<(String, Vec<u8>)> {
+    block
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            let (name, value) = line.split_at(colon);
+            let value = value[1..].trim_ascii_start();
+            Some((String::from_utf8_lossy(name).into_owned(), value.to_vec()))
+        })
+        .collect()
+}
+
+/// Counts and sizes come back as 64-bit integers; none of them is negative.
+pub(crate) fn count(value: i64) -> u64 {
+    value.unsigned_abs()
+}
+
+pub(crate) fn from_micros(micros: i64) -> SystemTime {
+    let offset = Duration::from_micros(micros.unsigned_abs());
+    if micros >= 0 {
+        UNIX_EPOCH + offset
+    } else {
+        UNIX_EPOCH - offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_lines_split_into_names_and_byte_values() {
+        let block = b"location: /orders/7\r\ncontent-type: application/json\r\nx-raw: \xff\r\n";
+        assert_eq!(
+            split_header_lines(block),
+            [
+                ("location".to_owned(), b"/orders/7".to_vec()),
+                ("content-type".to_owned(), b"application/json".to_vec()),
+                ("x-raw".to_owned(), b"\xff".to_vec()),
+            ]
+        );
+        assert!(split_header_lines(b"").is_empty());
+    }
 }

@@ -4,12 +4,11 @@
 //! no date-time feature and the values do not depend on the session's `TimeZone` or
 //! `DateStyle`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use crate::expiry::{AgeCounts, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount};
 use crate::migrate::MIGRATIONS_TABLE;
+use crate::store::{count, from_micros, split_header_lines};
 
 /// Which rows a sweep may delete: past their retention, and not in progress within a
 /// lease. The phased form sets `locked_until` while a key is being worked on; such a row
@@ -96,7 +95,7 @@ pub(crate) async fn count_deletable(pool: &PgPool) -> sqlx::Result<u64> {
 /// version; `None` when the history table does not exist.
 pub(crate) async fn applied_migrations(
     pool: &PgPool,
-) -> sqlx::Result<Option<Vec<(i64, bool, Vec<u8>)>>> {
+) -> sqlx::Result<Option<Vec<crate::store::AppliedMigration>>> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(MIGRATIONS_TABLE)
         .fetch_one(pool)
@@ -287,52 +286,9 @@ pub(crate) async fn inspect_key(
     ))
 }
 
-/// The stored header block is HTTP/1 lines, `name: value\r\n` (see the key table's
-/// migration); values stay bytes, as HTTP allows any octet in them.
-fn split_header_lines(block: &[u8]) -> Vec<(String, Vec<u8>)> {
-    block
-        .split(|&b| b == b'\n')
-        .filter_map(|line| {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let colon = line.iter().position(|&b| b == b':')?;
-            let (name, value) = line.split_at(colon);
-            let value = value[1..].trim_ascii_start();
-            Some((String::from_utf8_lossy(name).into_owned(), value.to_vec()))
-        })
-        .collect()
-}
-
-/// Counts and sizes come back as `int8`; none of them is negative.
-fn count(value: i64) -> u64 {
-    value.unsigned_abs()
-}
-
-fn from_micros(micros: i64) -> SystemTime {
-    let offset = Duration::from_micros(micros.unsigned_abs());
-    if micros >= 0 {
-        UNIX_EPOCH + offset
-    } else {
-        UNIX_EPOCH - offset
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn header_lines_split_into_names_and_byte_values() {
-        let block = b"location: /orders/7\r\ncontent-type: application/json\r\nx-raw: \xff\r\n";
-        assert_eq!(
-            split_header_lines(block),
-            [
-                ("location".to_owned(), b"/orders/7".to_vec()),
-                ("content-type".to_owned(), b"application/json".to_vec()),
-                ("x-raw".to_owned(), b"\xff".to_vec()),
-            ]
-        );
-        assert!(split_header_lines(b"").is_empty());
-    }
 
     #[test]
     fn the_batch_script_carries_its_size_as_a_literal() {

@@ -7,9 +7,10 @@ mod phased;
 
 use std::time::Duration;
 
+use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::query::QueryAs;
-use sqlx::{Postgres, Transaction};
+use sqlx::{PgPool, Postgres, Transaction};
 
 use super::{
     AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
@@ -128,6 +129,11 @@ fn sqlstate_is(error: &sqlx::Error, code: &str) -> bool {
 }
 
 impl Backend for Postgres {
+    /// A plain `BEGIN`: the claim itself sets its lock timeout (see `claim_lock_timeout!`).
+    fn begin_sql(_claim_wait: Duration) -> String {
+        "BEGIN".to_owned()
+    }
+
     async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
         idem.pool().begin().await
     }
@@ -282,6 +288,49 @@ impl Backend for Postgres {
         limit: u32,
     ) -> Result<u64, sqlx::Error> {
         outbox::purge_delivered(conn, age, limit).await
+    }
+
+    fn migrator() -> Migrator {
+        sqlx::migrate!("migrations/postgres")
+    }
+
+    async fn run_migrations(migrator: &Migrator, pool: &PgPool) -> Result<(), MigrateError> {
+        migrator.run(pool).await
+    }
+
+    fn batch_statement(batch_size: u32) -> String {
+        expiry::batch_script(batch_size)
+    }
+
+    async fn delete_batch(pool: &PgPool, statement: &str) -> Result<u64, sqlx::Error> {
+        expiry::delete_batch(pool, statement).await
+    }
+
+    async fn explain_batch(pool: &PgPool, batch_size: u32) -> Result<Vec<String>, sqlx::Error> {
+        expiry::explain_batch(pool, batch_size).await
+    }
+
+    async fn count_deletable(pool: &PgPool) -> Result<u64, sqlx::Error> {
+        expiry::count_deletable(pool).await
+    }
+
+    async fn applied_migrations(
+        pool: &PgPool,
+    ) -> Result<Option<Vec<super::AppliedMigration>>, sqlx::Error> {
+        expiry::applied_migrations(pool).await
+    }
+
+    async fn key_stats(pool: &PgPool) -> Result<crate::KeyStats, sqlx::Error> {
+        expiry::key_stats(pool).await
+    }
+
+    async fn inspect_key(
+        pool: &PgPool,
+        scope: &str,
+        key: &str,
+        preview: usize,
+    ) -> Result<Option<crate::KeyRecord>, sqlx::Error> {
+        expiry::inspect_key(pool, scope, key, preview).await
     }
 }
 

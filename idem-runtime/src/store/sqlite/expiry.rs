@@ -1,0 +1,258 @@
+//! SQL of the expiry sweep and of the operator's views of the key table, on SQLite.
+//!
+//! Times are stored as INTEGER microseconds since the Unix epoch, so they are read as
+//! they are.
+
+use sqlx::{AssertSqlSafe, SqlitePool};
+
+use super::now;
+use crate::expiry::{AgeCounts, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount};
+use crate::migrate::MIGRATIONS_TABLE;
+use crate::store::{count, from_micros, split_header_lines};
+
+/// Which rows a sweep may delete: past their retention, and not in progress within a
+/// lease. Kept in one constant so the sweep, the dry run and `stats` cannot disagree.
+const DELETABLE: &str = concat!(
+    "expires_at <= ",
+    now!(),
+    " AND (locked_until IS NULL OR locked_until <= ",
+    now!(),
+    ")"
+);
+
+/// One batch: up to `batch_size` rows chosen oldest first through the `expires_at` index
+/// and deleted by `rowid`, the table's own key. The statement commits on its own; SQLite
+/// runs one writer at a time, so concurrent sweeps take turns and never delete a row twice.
+/// The size is a literal, like on PostgreSQL, so the statement is prepared once per size.
+pub(crate) fn batch_statement(batch_size: u32) -> String {
+    format!(
+        "DELETE FROM idem_keys WHERE rowid IN (
+    SELECT rowid FROM idem_keys WHERE {DELETABLE} ORDER BY expires_at LIMIT {batch_size})"
+    )
+}
+
+/// Runs one batch (as built by [`batch_statement`]); returns the rows it deleted (the
+/// phases deleted with them by the foreign key are not counted).
+pub(crate) async fn delete_batch(pool: &SqlitePool, statement: &str) -> sqlx::Result<u64> {
+    let done = sqlx::query(AssertSqlSafe(statement.to_owned()))
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// SQLite's plan for a batch (`EXPLAIN QUERY PLAN`, which does not run it), one line
+/// per step.
+pub(crate) async fn explain_batch(pool: &SqlitePool, batch_size: u32) -> sqlx::Result<Vec<String>> {
+    let sql = format!("EXPLAIN QUERY PLAN {}", batch_statement(batch_size));
+    let rows: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await?;
+    Ok(rows.into_iter().map(|row| row.3).collect())
+}
+
+/// Rows a sweep started now would delete.
+pub(crate) async fn count_deletable(pool: &SqlitePool) -> sqlx::Result<u64> {
+    let sql = format!("SELECT count(*) FROM idem_keys WHERE {DELETABLE}");
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await?;
+    Ok(count(rows))
+}
+
+/// `(version, success, checksum)` of every migration recorded in idem's history, by
+/// version; `None` when the history table does not exist.
+pub(crate) async fn applied_migrations(
+    pool: &SqlitePool,
+) -> sqlx::Result<Option<Vec<crate::store::AppliedMigration>>> {
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = $1)",
+    )
+    .bind(MIGRATIONS_TABLE)
+    .fetch_one(pool)
+    .await?;
+    if !exists {
+        return Ok(None);
+    }
+    // The table name is idem's own constant, not input.
+    let sql = format!("SELECT version, success, checksum FROM {MIGRATIONS_TABLE} ORDER BY version");
+    let rows = sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await?;
+    Ok(Some(rows))
+}
+
+const HOUR_US: i64 = 3_600_000_000;
+
+/// One scan counts every state by age, plus the rows a sweep would delete and those in a
+/// lease. The age bounds are those documented on [`AgeCounts`].
+fn state_counts() -> String {
+    let now = now!();
+    let day = 24 * HOUR_US;
+    let week = 7 * day;
+    format!(
+        "SELECT state,
+       count(*),
+       count(*) FILTER (WHERE created_at > {now} - {HOUR_US}),
+       count(*) FILTER (WHERE created_at <= {now} - {HOUR_US} AND created_at > {now} - {day}),
+       count(*) FILTER (WHERE created_at <= {now} - {day} AND created_at > {now} - {week}),
+       count(*) FILTER (WHERE created_at <= {now} - {week}),
+       count(*) FILTER (WHERE {DELETABLE}),
+       count(*) FILTER (WHERE locked_until > {now})
+  FROM idem_keys
+ GROUP BY state
+ ORDER BY state"
+    )
+}
+
+type StateRow = (String, i64, i64, i64, i64, i64, i64, i64);
+
+const OLDEST_IN_PROGRESS: &str = "\
+SELECT scope, idem_key, recovery_point, created_at, locked_until
+  FROM idem_keys WHERE state = 'started' ORDER BY created_at LIMIT 1";
+
+type InProgressRow = (String, String, String, i64, Option<i64>);
+
+/// Page bytes from the `dbstat` table (compiled into the bundled SQLite): the table's
+/// b-tree with its overflow pages (where large response bodies live), and each index.
+const TABLE_SIZE: &str = "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'idem_keys'";
+
+const INDEX_SIZES: &str = "\
+SELECT m.name, coalesce((SELECT sum(pgsize) FROM dbstat d WHERE d.name = m.name), 0)
+  FROM sqlite_master m
+ WHERE m.type = 'index' AND m.tbl_name = 'idem_keys'
+ ORDER BY m.name";
+
+/// Counts by state and age, the oldest key in progress, and the sizes on disk.
+pub(crate) async fn key_stats(pool: &SqlitePool) -> sqlx::Result<KeyStats> {
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<StateRow> = sqlx::query_as(AssertSqlSafe(state_counts()))
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut deletable = 0;
+    let mut in_lease = 0;
+    let mut states = Vec::with_capacity(rows.len());
+    for (state, total, last_hour, last_day, last_week, older, expired, leased) in rows {
+        deletable += count(expired);
+        in_lease += count(leased);
+        states.push(StateCount {
+            state,
+            ages: AgeCounts {
+                total: count(total),
+                last_hour: count(last_hour),
+                last_day: count(last_day),
+                last_week: count(last_week),
+                older: count(older),
+            },
+        });
+    }
+    let oldest: Option<InProgressRow> = sqlx::query_as(OLDEST_IN_PROGRESS)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let oldest_in_progress =
+        oldest.map(
+            |(scope, key, recovery_point, created, locked)| InProgressKey {
+                scope,
+                key,
+                recovery_point,
+                created_at: from_micros(created),
+                locked_until: locked.map(from_micros),
+            },
+        );
+    let table_bytes: i64 = sqlx::query_scalar(TABLE_SIZE).fetch_one(&mut *conn).await?;
+    let index_rows: Vec<(String, i64)> = sqlx::query_as(INDEX_SIZES).fetch_all(&mut *conn).await?;
+    Ok(KeyStats {
+        states,
+        deletable,
+        in_lease,
+        oldest_in_progress,
+        table_bytes: count(table_bytes),
+        indexes: index_rows
+            .into_iter()
+            .map(|(name, bytes)| IndexSize {
+                name,
+                bytes: count(bytes),
+            })
+            .collect(),
+    })
+}
+
+/// Reads only the first `$3` bytes of the body: a stored body may be megabytes long.
+const INSPECT: &str = "\
+SELECT state, recovery_point, request_hash, method, path, created_at, expires_at,
+       locked_until, response_status, response_headers, length(response_body),
+       substr(response_body, 1, $3)
+  FROM idem_keys WHERE scope = $1 AND idem_key = $2";
+
+type InspectRow = (
+    String,
+    String,
+    Vec<u8>,
+    String,
+    String,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i16>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    Option<Vec<u8>>,
+);
+
+/// One key row, with at most `preview` bytes of its stored body.
+pub(crate) async fn inspect_key(
+    pool: &SqlitePool,
+    scope: &str,
+    key: &str,
+    preview: usize,
+) -> sqlx::Result<Option<KeyRecord>> {
+    let preview = i64::try_from(preview).unwrap_or(i64::MAX);
+    let row: Option<InspectRow> = sqlx::query_as(INSPECT)
+        .bind(scope)
+        .bind(key)
+        .bind(preview)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.map(
+        |(
+            state,
+            recovery_point,
+            request_hash,
+            method,
+            path,
+            created,
+            expires,
+            locked,
+            status,
+            headers,
+            body_len,
+            body_head,
+        )| KeyRecord {
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            state,
+            recovery_point,
+            fingerprint: request_hash,
+            method,
+            path,
+            created_at: from_micros(created),
+            expires_at: from_micros(expires),
+            locked_until: locked.map(from_micros),
+            response_status: status.and_then(|s| u16::try_from(s).ok()),
+            response_headers: headers
+                .as_deref()
+                .map(split_header_lines)
+                .unwrap_or_default(),
+            response_body_len: body_len.map(count),
+            response_body_head: body_head.unwrap_or_default(),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_deletes_by_rowid_with_its_size_as_a_literal() {
+        let sql = batch_statement(250);
+        assert!(sql.contains("LIMIT 250"), "{sql}");
+        assert!(sql.contains("rowid IN"), "{sql}");
+    }
+}

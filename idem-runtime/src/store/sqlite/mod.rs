@@ -1,0 +1,466 @@
+//! The SQLite key store: all of idem's SQL for SQLite lives in this module, one file per
+//! concern (the single-transaction claim here, the others beside it).
+//!
+//! SQLite lets one writer at a time into a database. Every request's transaction is
+//! therefore `BEGIN IMMEDIATE`, which takes the write lock at once, with the busy timeout
+//! set to `Idem::claim_wait` for that one statement: a request that cannot get the lock in
+//! time fails with `SQLITE_BUSY` and is answered 409 with `Retry-After: 1`. Holding the
+//! lock, a claim sees every committed row and no other writer can come between its
+//! statements, so the claim needs none of PostgreSQL's snapshot re-reads.
+//!
+//! Times are INTEGER microseconds since the Unix epoch, read from SQLite's clock
+//! ([`now!`]), which on one machine is the application's clock too.
+
+pub(crate) mod expiry;
+mod outbox;
+mod phased;
+
+use std::time::Duration;
+
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::pool::PoolConnection;
+use sqlx::query::QueryAs;
+use sqlx::sqlite::{SqliteArguments, SqliteConnection};
+use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
+
+use super::{
+    AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
+    PhaseRecord, PhasedClaim, StoredResponse,
+};
+use crate::Idem;
+use crate::expiry::{KeyRecord, KeyStats};
+use crate::fingerprint::Fingerprint;
+
+/// The current time in microseconds since the Unix epoch, as an SQL expression. SQLite
+/// evaluates it once per statement, so every use in one statement agrees.
+macro_rules! now {
+    () => {
+        "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
+    };
+}
+pub(crate) use now;
+
+/// Inserts the key, or reports (by returning no row) that a row holds it already.
+const CLAIM: &str = concat!(
+    "INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, ",
+    now!(),
+    ", ",
+    now!(),
+    " + $6)
+ON CONFLICT (scope, idem_key) DO NOTHING
+RETURNING 1"
+);
+
+/// The row that holds a key, with whether its retention ended and whether its lease (of
+/// the phased form) is free.
+const SELECT_EXISTING: &str = concat!(
+    "SELECT expires_at <= ",
+    now!(),
+    " AS expired,
+       coalesce(locked_until <= ",
+    now!(),
+    ", 1) AS lease_free,
+       request_hash, method, path, state, response_status, response_headers, response_body
+  FROM idem_keys
+ WHERE scope = $1 AND idem_key = $2"
+);
+
+/// Starts a new generation on a key whose retention ended but which the expiry sweep has
+/// not deleted yet, unless a phased attempt still holds its lease. `$7` is a fresh value
+/// of `idem_attempts`; `$8` the lease end, NULL for the single-transaction form.
+const RECLAIM_EXPIRED: &str = concat!(
+    "UPDATE idem_keys
+   SET request_hash = $3, method = $4, path = $5, state = 'started',
+       recovery_point = 'started', locked_until = ",
+    now!(),
+    " + $8, response_status = NULL,
+       response_headers = NULL, response_body = NULL, created_at = ",
+    now!(),
+    ",
+       expires_at = ",
+    now!(),
+    " + $6, generation = $7, fencing_token = $7
+ WHERE scope = $1 AND idem_key = $2 AND expires_at <= ",
+    now!(),
+    "
+   AND (locked_until IS NULL OR locked_until <= ",
+    now!(),
+    ")
+RETURNING generation, fencing_token"
+);
+
+/// The old generation's phases belong to another request.
+const DELETE_PHASES: &str = "DELETE FROM idem_phases WHERE scope = $1 AND idem_key = $2";
+
+/// Draws the next fencing token (or generation). Writers are serialized, so this row is
+/// never contended.
+const NEXT_ATTEMPT: &str = "UPDATE idem_attempts SET value = value + 1 RETURNING value";
+
+const COMPLETE: &str = "\
+UPDATE idem_keys
+   SET state = 'completed', response_status = $3, response_headers = $4,
+       response_body = $5, locked_until = NULL
+ WHERE scope = $1 AND idem_key = $2
+RETURNING 1";
+
+type KeyRow = (
+    bool,
+    bool,
+    Vec<u8>,
+    String,
+    String,
+    String,
+    Option<i16>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+);
+
+/// `SQLITE_BUSY`, in the low byte of every extended code (`SQLITE_BUSY_SNAPSHOT`, ...):
+/// another connection holds the lock this statement needs.
+const SQLITE_BUSY: i32 = 5;
+
+/// A duration as the INTEGER microseconds the tables store.
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Closes the connection if the begin is abandoned half-way (the request's future was
+/// dropped): it may hold an open transaction that sqlx does not know of, or a changed
+/// busy timeout, and must not go back to the pool.
+struct Beginning(Option<PoolConnection<Sqlite>>);
+
+impl Beginning {
+    fn conn(&mut self) -> &mut SqliteConnection {
+        self.0
+            .as_mut()
+            .expect("the connection is taken only at the end")
+    }
+
+    fn finish(mut self) -> PoolConnection<Sqlite> {
+        self.0
+            .take()
+            .expect("the connection is taken only at the end")
+    }
+}
+
+impl Drop for Beginning {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+impl Backend for Sqlite {
+    /// Sets the busy timeout for the `BEGIN IMMEDIATE` only; [`begin`](Self::begin)
+    /// restores the connection's own afterwards.
+    fn begin_sql(claim_wait: Duration) -> String {
+        format!(
+            "PRAGMA busy_timeout = {}; BEGIN IMMEDIATE",
+            claim_wait.as_millis()
+        )
+    }
+
+    async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        let mut begun = Beginning(Some(idem.pool().acquire().await?));
+        // The application's busy timeout, restored once the write lock is ours (or was
+        // not to be had): its own statements keep waiting as long as it configured.
+        let outer: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_one(begun.conn())
+            .await?;
+        let restore = format!("PRAGMA busy_timeout = {outer}");
+        let began = sqlx::raw_sql(AssertSqlSafe(idem.begin_sql()))
+            .execute(begun.conn())
+            .await;
+        if let Err(error) = began {
+            sqlx::raw_sql(AssertSqlSafe(restore))
+                .execute(begun.conn())
+                .await?;
+            drop(begun.finish());
+            return Err(error);
+        }
+        // sqlx does not know of the transaction `BEGIN IMMEDIATE` opened; handing it
+        // another statement to "begin" with (the restore) makes it adopt the open
+        // transaction, so commit, rollback and rollback-on-drop work as usual.
+        Transaction::begin(begun.finish(), Some(AssertSqlSafe(restore).into_sql_str())).await
+    }
+
+    async fn claim(
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest<'_>,
+    ) -> Result<Claim, sqlx::Error> {
+        let inserted: Option<(i64,)> = bind_claim(sqlx::query_as(CLAIM), req)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if inserted.is_some() {
+            return Ok(Claim::Claimed);
+        }
+        let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
+            .bind(req.scope)
+            .bind(req.key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        match row {
+            Some(row) if row.0 && row.1 => {
+                reclaim_expired(conn, req, None).await?;
+                Ok(Claim::Claimed)
+            }
+            Some(row) => Ok(Claim::Existing(existing(row))),
+            // The write lock is held: the row that made the insert conflict is still there.
+            None => Ok(Claim::Vanished),
+        }
+    }
+
+    async fn complete(
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest<'_>,
+        response: &StoredResponse<'_>,
+    ) -> Result<Completion, sqlx::Error> {
+        let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+        let completed: Option<i64> = sqlx::query_scalar(COMPLETE)
+            .bind(req.scope)
+            .bind(req.key)
+            .bind(status)
+            .bind(response.headers)
+            .bind(response.body)
+            .fetch_optional(conn)
+            .await?;
+        // SQLite cannot tell, in SQL, whether the handler committed idem's transaction
+        // itself; if it did, idem's own COMMIT fails and the client gets 503, while the
+        // row recorded here already makes retries replay.
+        Ok(match completed {
+            Some(_) => Completion::Recorded,
+            None => Completion::RowGone,
+        })
+    }
+
+    fn is_lock_timeout(error: &sqlx::Error) -> bool {
+        error
+            .as_database_error()
+            .and_then(|e| e.code())
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| code & 0xff == SQLITE_BUSY)
+    }
+
+    /// SQLite has no aborted state: after a failed statement the transaction goes on, and
+    /// what the handler wrote before it stays.
+    fn is_aborted_transaction(_: &sqlx::Error) -> bool {
+        false
+    }
+
+    async fn claim_phased(
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest<'_>,
+        lease: Duration,
+    ) -> Result<PhasedClaim, sqlx::Error> {
+        phased::claim(conn, req, lease).await
+    }
+
+    async fn take_over(
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest<'_>,
+        seen: i64,
+        lease: Duration,
+    ) -> Result<Option<AttemptRow>, sqlx::Error> {
+        phased::take_over(conn, req, seen, lease).await
+    }
+
+    async fn begin_phase(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        phased::begin_phase(idem).await
+    }
+
+    async fn record_phase(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+        phase: &str,
+        output: &str,
+    ) -> Result<PhaseRecord, sqlx::Error> {
+        phased::record_phase(conn, attempt, phase, output).await
+    }
+
+    async fn extend_lease(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        phased::extend_lease(conn, attempt).await
+    }
+
+    async fn release_lease(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+    ) -> Result<(), sqlx::Error> {
+        phased::release_lease(conn, attempt).await
+    }
+
+    async fn complete_phased(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+        response: &StoredResponse<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        phased::complete(conn, attempt, response).await
+    }
+
+    async fn enqueue(
+        conn: &mut SqliteConnection,
+        topic: &str,
+        payload: &str,
+    ) -> Result<String, sqlx::Error> {
+        outbox::enqueue(conn, topic, payload).await
+    }
+
+    async fn take_messages(
+        conn: &mut SqliteConnection,
+        limit: u32,
+        hold: Duration,
+    ) -> Result<Vec<OutboxRow>, sqlx::Error> {
+        outbox::take(conn, limit, hold).await
+    }
+
+    async fn mark_delivered(conn: &mut SqliteConnection, id: &str) -> Result<(), sqlx::Error> {
+        outbox::mark_delivered(conn, id).await
+    }
+
+    async fn mark_failed(
+        conn: &mut SqliteConnection,
+        id: &str,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), sqlx::Error> {
+        outbox::mark_failed(conn, id, retry_in, error).await
+    }
+
+    async fn release_messages(
+        conn: &mut SqliteConnection,
+        ids: &[String],
+    ) -> Result<(), sqlx::Error> {
+        outbox::release(conn, ids).await
+    }
+
+    async fn purge_delivered(
+        conn: &mut SqliteConnection,
+        age: Duration,
+        limit: u32,
+    ) -> Result<u64, sqlx::Error> {
+        outbox::purge_delivered(conn, age, limit).await
+    }
+
+    fn migrator() -> Migrator {
+        sqlx::migrate!("migrations/sqlite")
+    }
+
+    async fn run_migrations(migrator: &Migrator, pool: &SqlitePool) -> Result<(), MigrateError> {
+        migrator.run(pool).await
+    }
+
+    fn batch_statement(batch_size: u32) -> String {
+        expiry::batch_statement(batch_size)
+    }
+
+    async fn delete_batch(pool: &SqlitePool, statement: &str) -> Result<u64, sqlx::Error> {
+        expiry::delete_batch(pool, statement).await
+    }
+
+    async fn explain_batch(pool: &SqlitePool, batch_size: u32) -> Result<Vec<String>, sqlx::Error> {
+        expiry::explain_batch(pool, batch_size).await
+    }
+
+    async fn count_deletable(pool: &SqlitePool) -> Result<u64, sqlx::Error> {
+        expiry::count_deletable(pool).await
+    }
+
+    async fn applied_migrations(
+        pool: &SqlitePool,
+    ) -> Result<Option<Vec<super::AppliedMigration>>, sqlx::Error> {
+        expiry::applied_migrations(pool).await
+    }
+
+    async fn key_stats(pool: &SqlitePool) -> Result<KeyStats, sqlx::Error> {
+        expiry::key_stats(pool).await
+    }
+
+    async fn inspect_key(
+        pool: &SqlitePool,
+        scope: &str,
+        key: &str,
+        preview: usize,
+    ) -> Result<Option<KeyRecord>, sqlx::Error> {
+        expiry::inspect_key(pool, scope, key, preview).await
+    }
+}
+
+/// Draws the next value of `idem_attempts`.
+async fn next_attempt(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar(NEXT_ATTEMPT).fetch_one(conn).await
+}
+
+/// Reclaims an expired key as a new generation; `lease` for the phased form. Returns
+/// `(generation, fencing_token)` when it did.
+async fn reclaim_expired(
+    conn: &mut SqliteConnection,
+    req: &ClaimRequest<'_>,
+    lease: Option<Duration>,
+) -> sqlx::Result<Option<(i64, i64)>> {
+    let token = next_attempt(&mut *conn).await?;
+    let reclaimed: Option<(i64, i64)> = bind_claim(sqlx::query_as(RECLAIM_EXPIRED), req)
+        .bind(token)
+        .bind(lease.map(micros))
+        .fetch_optional(&mut *conn)
+        .await?;
+    if reclaimed.is_some() {
+        sqlx::query(DELETE_PHASES)
+            .bind(req.scope)
+            .bind(req.key)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(reclaimed)
+}
+
+/// Binds $1..$6, shared by the claims and the reclaims of both forms.
+fn bind_claim<'q, O>(
+    query: QueryAs<'q, Sqlite, O, SqliteArguments>,
+    req: &'q ClaimRequest<'_>,
+) -> QueryAs<'q, Sqlite, O, SqliteArguments> {
+    query
+        .bind(req.scope)
+        .bind(req.key)
+        .bind(req.fingerprint.as_bytes().as_slice())
+        .bind(req.method)
+        .bind(req.path)
+        .bind(micros(req.retention))
+}
+
+fn existing(row: KeyRow) -> ExistingKey {
+    let (_, _, hash, method, path, state, response_status, response_headers, response_body) = row;
+    existing_key(
+        &hash,
+        method,
+        path,
+        &state,
+        response_status,
+        response_headers,
+        response_body,
+    )
+}
+
+/// A key row's columns as the protocol reads them; shared by both forms' claims.
+fn existing_key(
+    hash: &[u8],
+    method: String,
+    path: String,
+    state: &str,
+    response_status: Option<i16>,
+    response_headers: Option<Vec<u8>>,
+    response_body: Option<Vec<u8>>,
+) -> ExistingKey {
+    ExistingKey {
+        fingerprint: Fingerprint::from_bytes(hash),
+        method,
+        path,
+        completed: state == "completed",
+        response_status,
+        response_headers,
+        response_body,
+    }
+}
