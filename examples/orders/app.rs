@@ -29,6 +29,14 @@ pub(crate) const CARD_LIMIT_CENTS: i64 = 1_000_000;
 /// The longest `?delay_ms=` a request may ask for.
 pub(crate) const MAX_DELAY_MS: u64 = 5_000;
 
+/// How long a request waits for a database connection before it fails (503 from idem,
+/// 500 elsewhere). sqlx's default is 30 s; with the database down, a client should hear
+/// so sooner than its own timeout.
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long `GET /health` waits for `SELECT 1`.
+pub(crate) const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Where the example's problem types are described; each `type` is this plus a slug.
 pub(crate) const PROBLEM_BASE: &str =
     "https://github.com/idem-rs/idem/blob/main/examples/orders/README.md#";
@@ -40,7 +48,7 @@ pub(crate) async fn setup(pool: &PgPool) -> Result<(), MigrateError> {
     MIGRATOR.run(pool).await
 }
 
-/// Registers idem, the pool, the extractor error handlers and the three routes.
+/// Registers idem, the pool, the extractor error handlers and the routes.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig, idem: &idem::Idem) {
     cfg.app_data(idem.clone())
         .app_data(web::Data::new(idem.pool().clone()))
@@ -48,7 +56,22 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, idem: &idem::Idem) {
         .app_data(web::PathConfig::default().error_handler(|_, _| AppError::NotFound.into()))
         .service(create_order)
         .service(list_orders)
-        .service(get_order);
+        .service(get_order)
+        .service(health);
+}
+
+/// 200 while the database answers `SELECT 1` within [`HEALTH_TIMEOUT`], else 503
+/// `database-unavailable`: what a load balancer or orchestrator polls.
+#[get("/health")]
+async fn health(pool: web::Data<PgPool>) -> Result<HttpResponse, AppError> {
+    let ping = sqlx::query("SELECT 1").execute(pool.get_ref());
+    match tokio::time::timeout(HEALTH_TIMEOUT, ping).await {
+        Ok(Ok(_)) => Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))),
+        Ok(Err(error)) => Err(AppError::Unavailable(error.to_string())),
+        Err(_) => Err(AppError::Unavailable(format!(
+            "the database did not answer within {HEALTH_TIMEOUT:?}"
+        ))),
+    }
 }
 
 /// The caller, from `X-Account-Id: <positive 64-bit integer>`.
@@ -345,6 +368,8 @@ pub(crate) enum AppError {
     SimulatedFailure,
     /// 500: the database failed; idem rolls everything back.
     Database(sqlx::Error),
+    /// 503: `GET /health` could not reach the database.
+    Unavailable(String),
 }
 
 impl AppError {
@@ -360,6 +385,7 @@ impl AppError {
             Self::NotFound => "order-not-found",
             Self::SimulatedFailure => "simulated-failure",
             Self::Database(_) => "internal-error",
+            Self::Unavailable(_) => "database-unavailable",
         }
     }
 
@@ -375,6 +401,7 @@ impl AppError {
             Self::NotFound => "Order not found",
             Self::SimulatedFailure => "Simulated failure",
             Self::Database(_) => "Internal error",
+            Self::Unavailable(_) => "Database unavailable",
         }
     }
 
@@ -384,7 +411,8 @@ impl AppError {
             Self::MalformedBody(detail)
             | Self::BodyTooLarge(detail)
             | Self::InvalidOrder(detail)
-            | Self::InvalidQuery(detail) => detail.clone(),
+            | Self::InvalidQuery(detail)
+            | Self::Unavailable(detail) => detail.clone(),
             Self::UnsupportedMediaType => "send the order as application/json".to_owned(),
             Self::CardDeclined { amount_cents } => format!(
                 "the card was declined: {amount_cents} cents is over the limit of \
@@ -426,6 +454,7 @@ impl ResponseError for AppError {
             Self::CardDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::SimulatedFailure | Self::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

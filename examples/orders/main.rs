@@ -24,6 +24,7 @@
 //! | the same key again, same request | the stored answer byte for byte, plus `Idempotent-Replayed: true` |
 //! | `GET /orders` | 200, the caller's orders as a JSON array, oldest first |
 //! | `GET /orders/{id}` | 200 with the order, or 404 `order-not-found` (also for another account's order) |
+//! | `GET /health` (no account needed) | 200 `{"status":"ok"}` while the database answers, else 503 `database-unavailable` |
 //!
 //! The key contract and idem's own answers (400 missing or invalid key, 409 in progress,
 //! 422 key reused) are those of the idem crate.
@@ -36,7 +37,10 @@
 //!   `amount_cents` below 0): 422 `invalid-order`;
 //! - an unknown or out-of-range query parameter: 400 `invalid-query`.
 //!
-//! Database errors are 500 `internal-error`, which idem rolls back.
+//! Database errors are 500 `internal-error`, which idem rolls back. A request waits at
+//! most 5 s for a database connection; with the database down, idem answers 503
+//! `storage-unavailable` by then. At startup the database has 5 s to accept a connection,
+//! else the process exits with `orders: cannot connect to DATABASE_URL: ..` and status 1.
 //!
 //! Errors are `application/problem+json` whose `type` is
 //! `https://github.com/idem-rs/idem/blob/main/examples/orders/README.md#<slug>`.
@@ -116,6 +120,7 @@ async fn main() -> ExitCode {
 
     let pool = match PgPoolOptions::new()
         .max_connections(20)
+        .acquire_timeout(app::ACQUIRE_TIMEOUT)
         .connect(&database_url)
         .await
     {

@@ -167,10 +167,15 @@ impl Example {
     /// Starts the example on a free port, with `IDEM_EXAMPLE_CRASH_AFTER=crash_after` if
     /// given, and waits for it to say it serves. The child is killed when dropped.
     pub(crate) async fn start(db: &TestDb, crash_after: Option<&str>) -> Self {
+        Self::start_on(db.url(), crash_after).await
+    }
+
+    /// [`Example::start`] on the database at `url`.
+    pub(crate) async fn start_on(url: &str, crash_after: Option<&str>) -> Self {
         let addr = format!("127.0.0.1:{}", free_port());
         let mut command = Command::new(example_binary());
         command
-            .env("DATABASE_URL", db.url())
+            .env("DATABASE_URL", url)
             .env("BIND_ADDR", &addr)
             .env_remove("IDEM_EXAMPLE_CRASH_AFTER")
             .stdout(Stdio::piped())
