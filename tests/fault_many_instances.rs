@@ -35,7 +35,11 @@ async fn the_same_key_sent_to_three_instances_takes_effect_once() {
     for k in 0..KEYS {
         let key = format!("many-instances-{k}");
         // Every fourth order is over the card limit: a 402 is an outcome like a 201.
-        let amount = if k % 4 == 3 { 2_000_000 } else { 1000 + k as i64 };
+        let amount = if k % 4 == 3 {
+            2_000_000
+        } else {
+            1000 + k as i64
+        };
         let body = order_json("tea", 1, amount);
         // Some requests hold their transaction past idem's claim wait (1 s), so waiting
         // duplicates get 409 and retry; some hold it less, so duplicates wait and replay;

@@ -47,7 +47,11 @@ async fn a_process_killed_in_the_transaction_commits_nothing_and_the_retry_runs_
 
     // PostgreSQL sees the connection drop and rolls the transaction back.
     wait_until_settled(&pool, Duration::from_secs(30)).await;
-    assert_eq!(count(&pool, "orders").await, 0, "the insert was not committed");
+    assert_eq!(
+        count(&pool, "orders").await,
+        0,
+        "the insert was not committed"
+    );
     assert_eq!(count(&pool, "idem_keys").await, 0, "nor was the key");
 
     // The client retries with the same key, at the instance still running.

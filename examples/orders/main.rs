@@ -40,7 +40,7 @@
 //! Database errors are 500 `internal-error`, which idem rolls back. A request waits at
 //! most 5 s for a database connection; with the database down, idem answers 503
 //! `storage-unavailable` by then. At startup the database has 5 s to accept a connection,
-//! else the process exits with `orders: cannot connect to DATABASE_URL: ..` and status 1.
+//! else the process exits with `orders: cannot connect to DATABASE_URL ..` and status 1.
 //!
 //! Errors are `application/problem+json` whose `type` is
 //! `https://github.com/idem-rs/idem/blob/main/examples/orders/README.md#<slug>`.
@@ -126,7 +126,11 @@ async fn main() -> ExitCode {
     {
         Ok(pool) => pool,
         Err(error) => {
-            eprintln!("orders: cannot connect to DATABASE_URL: {error}");
+            eprintln!(
+                "orders: cannot connect to DATABASE_URL within {:?} (is the database up and \
+                 reachable?): {error}",
+                app::ACQUIRE_TIMEOUT
+            );
             return ExitCode::FAILURE;
         }
     };
