@@ -35,6 +35,9 @@ impl Report {
     }
 }
 
+/// A row of `idem_keys`: scope, key, state, response status and body.
+type KeyRow = (String, String, String, Option<i16>, Option<Vec<u8>>);
+
 /// A stored outcome as a client saw it.
 struct Seen<'a> {
     body_index: usize,
@@ -196,7 +199,7 @@ async fn check_database(
             .fetch_all(&pool)
             .await
             .map_err(|e| format!("read orders: {e}"))?;
-    let keys: Vec<(String, String, String, Option<i16>, Option<Vec<u8>>)> = sqlx::query_as(
+    let keys: Vec<KeyRow> = sqlx::query_as(
         "SELECT scope, idem_key, state, response_status, response_body FROM idem_keys",
     )
     .fetch_all(&pool)

@@ -105,10 +105,10 @@ impl Fleet {
     async fn launch(&self, index: usize) -> Result<(), String> {
         let instance = &self.instances[index];
         let mut slot = instance.child.lock().await;
-        if let Some(child) = slot.as_mut() {
-            if matches!(child.try_wait(), Ok(None)) {
-                return Ok(());
-            }
+        if let Some(child) = slot.as_mut()
+            && matches!(child.try_wait(), Ok(None))
+        {
+            return Ok(());
         }
         let mut child = Command::new(&self.server)
             .env("DATABASE_URL", &self.database_url)
