@@ -1,6 +1,7 @@
 //! A body sent with a JSON content type that is not JSON (invalid UTF-8, plain text,
-//! a lone surrogate escape) is a 400 before anything is stored, whether the handler
-//! parses JSON itself or idem is the first to read it, and the key stays unused.
+//! a lone surrogate escape, nesting past 127 levels) is a 400 before anything is stored,
+//! whether the handler parses JSON itself or idem is the first to read it, and the key
+//! stays unused.
 
 mod support;
 
@@ -107,4 +108,52 @@ async fn a_json_body_that_is_not_json_is_400_where_only_idem_reads_it() {
         .await;
     assert_eq!(reply.status, 201);
     assert_eq!((env.keys().await, env.orders().await), (1, 1));
+}
+
+#[actix_web::test]
+async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
+    let env = Env::new().await;
+    let app = support::service_with(&env.idem(), |cfg| {
+        cfg.service(note);
+    })
+    .await;
+    // serde_json refuses a 128th level of nesting, and so 100 000 levels.
+    for depth in [128, 100_000] {
+        let deep = "[".repeat(depth) + &"]".repeat(depth);
+        app.call(post_bytes(
+            "/test/note",
+            "deep",
+            "application/json",
+            deep.as_bytes(),
+        ))
+        .await
+        .assert_idem_problem(400, "request-body-invalid");
+        // The example's order extractor gives up at the first level already (an array
+        // is no order): refused before the claim either way.
+        let reply = app
+            .call(post_bytes(
+                "/orders",
+                "deep",
+                "application/json",
+                deep.as_bytes(),
+            ))
+            .await;
+        assert!([400, 422].contains(&reply.status), "{}", reply.status);
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json")
+        );
+    }
+    assert_eq!((env.keys().await, env.orders().await), (0, 0));
+    // 127 levels are a JSON document like any other.
+    let ok = "[".repeat(127) + &"]".repeat(127);
+    let reply = app
+        .call(post_bytes(
+            "/test/note",
+            "deep",
+            "application/json",
+            ok.as_bytes(),
+        ))
+        .await;
+    assert_eq!(reply.status, 201);
 }

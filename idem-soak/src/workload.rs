@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 /// Accounts the keys are spread over (keys are scoped by account).
 const ACCOUNTS: i64 = 4;
+/// How many of the latest keys count as recent when a key is reused.
+const CLIENTS_RECENT: usize = 16;
 /// Amounts over this are declined with 402, an outcome stored like a 201.
 const CARD_LIMIT_CENTS: i64 = 1_000_000;
 
@@ -199,7 +201,13 @@ impl Load {
     ) -> ((usize, Op), usize, Kind) {
         let mut ops = lock(&self.ops);
         if !ops.is_empty() && rng.f32() < 0.25 {
-            let index = rng.usize(..ops.len());
+            // Half the reuses pick one of the latest keys, likely still in flight at
+            // another client: concurrent duplicates, across instances.
+            let index = if rng.bool() {
+                rng.usize(ops.len().saturating_sub(CLIENTS_RECENT)..ops.len())
+            } else {
+                rng.usize(..ops.len())
+            };
             if rng.f32() < 0.2 {
                 let op = &mut ops[index];
                 // Same item (the key), another quantity: a different request body.
