@@ -227,7 +227,7 @@ impl Load {
             rng.i64(100..10_000)
         };
         let path = if rng.f32() < 0.25 {
-            format!("/orders?delay_ms={}", rng.u64(50..400))
+            format!("/orders?delay_ms={}", rng.u64(50..1500))
         } else {
             "/orders".to_owned()
         };

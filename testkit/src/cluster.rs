@@ -180,10 +180,17 @@ impl PgCluster {
     }
 
     /// Stops the server and waits until it has exited. Does nothing when it is stopped.
+    /// Panics when the server does not stop within a minute (it is killed then).
     pub fn stop(&self, mode: StopMode) {
+        if let Err(e) = self.try_stop(mode) {
+            panic!("idem-testkit: {e}");
+        }
+    }
+
+    fn try_stop(&self, mode: StopMode) -> Result<(), String> {
         let mut server = self.server.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut child) = server.take() else {
-            return;
+            return Ok(());
         };
         let signal = match mode {
             StopMode::Fast => "-INT",
@@ -206,13 +213,14 @@ impl PgCluster {
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!(
-                    "idem-testkit: the server did not stop within {STOP_TIMEOUT:?}; log tail:\n{}",
+                return Err(format!(
+                    "the server did not stop within {STOP_TIMEOUT:?}; log tail:\n{}",
                     log_tail(&self.log)
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 
     /// Starts the stopped server again on the same port and data directory and waits until
@@ -304,7 +312,8 @@ impl PgCluster {
 impl Drop for PgCluster {
     fn drop(&mut self) {
         // Stopped here so the port is free when drop returns; closing the lifeline then
-        // lets the janitor remove the directory.
-        self.stop(StopMode::Fast);
+        // lets the janitor remove the directory. No panic in drop: it may run while a
+        // failing test unwinds.
+        let _ = self.try_stop(StopMode::Fast);
     }
 }
