@@ -19,7 +19,7 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
 use serde::{Deserialize, Serialize};
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::{Pool, Postgres, Sqlite};
+use sqlx::{Connection, Pool, Postgres, Sqlite};
 
 /// The header that names the caller.
 pub(crate) const ACCOUNT_HEADER: &str = "x-account-id";
@@ -29,6 +29,14 @@ pub(crate) const CARD_LIMIT_CENTS: i64 = 1_000_000;
 
 /// The longest `?delay_ms=` a request may ask for.
 pub(crate) const MAX_DELAY_MS: u64 = 5_000;
+
+/// How long a request waits for a database connection before it fails (503 from idem,
+/// 500 elsewhere). sqlx's default is 30 s; with the database down, a client should hear
+/// so sooner than its own timeout.
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long `GET /health` waits for `SELECT 1`.
+pub(crate) const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where the example's problem types are described; each `type` is this plus a slug.
 pub(crate) const PROBLEM_BASE: &str =
@@ -41,7 +49,8 @@ pub(crate) async fn setup<DB: Store>(pool: &Pool<DB>) -> Result<(), MigrateError
     DB::migrate_app(pool).await
 }
 
-/// Registers idem, the pool, the extractor error handlers and the order routes.
+/// Registers idem, the pool, the extractor error handlers, the order routes and
+/// `GET /health`.
 ///
 /// The handlers are generic over the database, which actix's route attributes do not
 /// support, so each route is registered here with `.route(path, method)`, one line per
@@ -54,7 +63,24 @@ pub(crate) fn configure<DB: Store>(cfg: &mut web::ServiceConfig, idem: &idem::Id
         .app_data(web::PathConfig::default().error_handler(|_, _| AppError::NotFound.into()))
         .route("/orders", web::post().to(create_order::<DB>))
         .route("/orders", web::get().to(list_orders::<DB>))
-        .route("/orders/{id}", web::get().to(get_order::<DB>));
+        .route("/orders/{id}", web::get().to(get_order::<DB>))
+        .route("/health", web::get().to(health::<DB>));
+}
+
+/// 200 while a pooled connection answers a ping within [`HEALTH_TIMEOUT`], else 503
+/// `database-unavailable`: what a load balancer or orchestrator polls.
+async fn health<DB: Store>(pool: web::Data<Pool<DB>>) -> Result<HttpResponse, AppError> {
+    let ping = async {
+        let mut conn = pool.acquire().await?;
+        conn.ping().await
+    };
+    match tokio::time::timeout(HEALTH_TIMEOUT, ping).await {
+        Ok(Ok(())) => Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))),
+        Ok(Err(error)) => Err(AppError::Unavailable(error.to_string())),
+        Err(_) => Err(AppError::Unavailable(format!(
+            "the database did not answer within {HEALTH_TIMEOUT:?}"
+        ))),
+    }
 }
 
 /// The caller, from `X-Account-Id: <positive 64-bit integer>`.
@@ -322,6 +348,8 @@ pub(crate) enum AppError {
     SimulatedFailure,
     /// 500: the database failed; idem rolls everything back.
     Database(sqlx::Error),
+    /// 503: `GET /health` could not reach the database.
+    Unavailable(String),
 }
 
 impl AppError {
@@ -337,6 +365,7 @@ impl AppError {
             Self::NotFound => "order-not-found",
             Self::SimulatedFailure => "simulated-failure",
             Self::Database(_) => "internal-error",
+            Self::Unavailable(_) => "database-unavailable",
         }
     }
 
@@ -352,6 +381,7 @@ impl AppError {
             Self::NotFound => "Order not found",
             Self::SimulatedFailure => "Simulated failure",
             Self::Database(_) => "Internal error",
+            Self::Unavailable(_) => "Database unavailable",
         }
     }
 
@@ -361,7 +391,8 @@ impl AppError {
             Self::MalformedBody(detail)
             | Self::BodyTooLarge(detail)
             | Self::InvalidOrder(detail)
-            | Self::InvalidQuery(detail) => detail.clone(),
+            | Self::InvalidQuery(detail)
+            | Self::Unavailable(detail) => detail.clone(),
             Self::UnsupportedMediaType => "send the order as application/json".to_owned(),
             Self::CardDeclined { amount_cents } => format!(
                 "the card was declined: {amount_cents} cents is over the limit of \
@@ -403,6 +434,7 @@ impl ResponseError for AppError {
             Self::CardDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::SimulatedFailure | Self::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

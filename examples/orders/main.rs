@@ -31,6 +31,7 @@
 //! | `GET /orders/{id}` | 200 with the order, or 404 `order-not-found` (also for another account's order) |
 //! | `GET /openapi.json` | 200, the OpenAPI document of `POST /orders` and `POST /payments`, with what idem adds to each (key header, retention, replay header, problems) |
 //! | `GET /metrics` | 200, idem's metrics (`idem_requests_total`, `idem_takeovers_total`, `idem_statement_duration_seconds`) in Prometheus text format; no `X-Account-Id` needed |
+//! | `GET /health` (no account needed) | 200 `{"status":"ok"}` while the database answers, else 503 `database-unavailable` |
 //!
 //! The key contract and idem's own answers (400 missing or invalid key, 409 in progress,
 //! 422 key reused) are those of the idem crate.
@@ -43,7 +44,10 @@
 //!   `amount_cents` below 0): 422 `invalid-order`;
 //! - an unknown or out-of-range query parameter: 400 `invalid-query`.
 //!
-//! Database errors are 500 `internal-error`, which idem rolls back.
+//! Database errors are 500 `internal-error`, which idem rolls back. A request waits at
+//! most 5 s for a database connection; with the database down, idem answers 503
+//! `storage-unavailable` by then. At startup the database has 5 s to accept a connection,
+//! else the process exits with `orders: cannot connect to DATABASE_URL ..` and status 1.
 //!
 //! Errors are `application/problem+json` whose `type` is
 //! `https://github.com/idem-rs/idem/blob/main/examples/orders/README.md#<slug>`.
@@ -130,12 +134,17 @@ async fn main() -> ExitCode {
         println!("orders: database PostgreSQL (DATABASE_URL)");
         let pool = PgPoolOptions::new()
             .max_connections(20)
+            .acquire_timeout(app::ACQUIRE_TIMEOUT)
             .connect(&database_url)
             .await;
         match pool {
             Ok(pool) => serve(pool, &bind_addr, crash_after).await,
             Err(error) => {
-                eprintln!("orders: cannot connect to DATABASE_URL: {error}");
+                eprintln!(
+                    "orders: cannot connect to DATABASE_URL within {:?} (is the database up and \
+                     reachable?): {error}",
+                    app::ACQUIRE_TIMEOUT
+                );
                 ExitCode::FAILURE
             }
         }
@@ -159,6 +168,7 @@ async fn main() -> ExitCode {
             .busy_timeout(Duration::from_secs(5));
         let pool = SqlitePoolOptions::new()
             .max_connections(20)
+            .acquire_timeout(app::ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await;
         match pool {

@@ -15,6 +15,8 @@
 //!   when the process is killed: a small shell watchdog waits for the end of a pipe that only
 //!   the test process holds open. Set `IDEM_TESTKIT_VERBOSE=1` to have the cluster's
 //!   directory, port and start-up time printed on stderr.
+//!
+//! Fault tests that stop and restart the database use a [`PgCluster`] of their own instead.
 
 use std::fmt;
 use std::fs;
@@ -33,6 +35,9 @@ pub use sqlite::TestSqlite;
 
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Executor};
+
+mod cluster;
+pub use cluster::{PgCluster, StopMode};
 
 /// How long the private cluster may take to accept connections.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -375,36 +380,7 @@ fn start_once(bin: &Path, owner: Option<(u32, u32)>) -> Result<Cluster, Failure>
             .map_err(|e| fail(format!("cannot chown {} to postgres: {e}", dir.display())))?;
     }
 
-    let mut initdb = server_command(as_postgres, &bin.join("initdb"));
-    initdb
-        .arg("-D")
-        .arg(&data)
-        .args([
-            "--auth=trust",
-            "--no-sync",
-            "-U",
-            "postgres",
-            "--encoding=UTF8",
-            "--locale=C",
-        ])
-        .stdin(Stdio::null());
-    let out = initdb
-        .output()
-        .map_err(|e| fail(format!("cannot run {}: {e}", bin.join("initdb").display())))?;
-    if !out.status.success() {
-        let hint = if as_postgres {
-            "\n(running as root, the server runs as the `postgres` OS user, which must be able \
-             to reach the temp dir; set TMPDIR to a directory it can reach if it cannot)"
-        } else {
-            ""
-        };
-        return Err(fail(format!(
-            "initdb failed ({}):\n{}{}{hint}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
+    init_data_dir(bin, as_postgres, &data).map_err(fail)?;
     let initdb_time = started.elapsed();
 
     let port = free_port().map_err(fail)?;
@@ -422,6 +398,42 @@ fn start_once(bin: &Path, owner: Option<(u32, u32)>) -> Result<Cluster, Failure>
         admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
         _lifeline: lifeline,
     })
+}
+
+/// Runs `initdb` for a new data directory `data` (trust auth, superuser `postgres`, UTF-8,
+/// C locale); shared by the private cluster and [`PgCluster`].
+fn init_data_dir(bin: &Path, as_postgres: bool, data: &Path) -> Result<(), String> {
+    let mut initdb = server_command(as_postgres, &bin.join("initdb"));
+    initdb
+        .arg("-D")
+        .arg(data)
+        .args([
+            "--auth=trust",
+            "--no-sync",
+            "-U",
+            "postgres",
+            "--encoding=UTF8",
+            "--locale=C",
+        ])
+        .stdin(Stdio::null());
+    let out = initdb
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bin.join("initdb").display()))?;
+    if !out.status.success() {
+        let hint = if as_postgres {
+            "\n(running as root, the server runs as the `postgres` OS user, which must be able \
+             to reach the temp dir; set TMPDIR to a directory it can reach if it cannot)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "initdb failed ({}):\n{}{}{hint}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
 }
 
 /// Starts the server under the watchdog and waits until it accepts connections. On failure

@@ -1,0 +1,159 @@
+//! A body sent with a JSON content type that is not JSON (invalid UTF-8, plain text,
+//! a lone surrogate escape, nesting past 127 levels) is a 400 before anything is stored,
+//! whether the handler parses JSON itself or idem is the first to read it, and the key
+//! stays unused.
+
+mod support;
+
+use actix_web::test::TestRequest;
+use actix_web::{HttpResponse, post};
+use support::app::Account;
+use support::{ALICE, Env, order_json, post_order};
+
+/// Records that it ran; reads no body, so only idem's fingerprint looks at it.
+#[post("/test/note")]
+#[idem::idempotent(scope = account, retention = "24h")]
+async fn note(account: Account, tx: idem::Tx) -> HttpResponse {
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+         VALUES ($1, 'note', 1, 0) RETURNING id",
+    )
+    .bind(account.id())
+    .fetch_one(&mut *tx)
+    .await
+    .expect("insert");
+    HttpResponse::Created().body(id.to_string())
+}
+
+/// `POST uri` with a key made of `what` (spaces become dashes).
+fn post_bytes(uri: &str, what: &str, content_type: &str, body: &[u8]) -> TestRequest {
+    let key = what.replace(' ', "-");
+    TestRequest::post()
+        .uri(uri)
+        .insert_header(("x-account-id", ALICE.to_string()))
+        .insert_header(("idempotency-key", key))
+        .insert_header(("content-type", content_type))
+        .set_payload(body.to_vec())
+}
+
+/// Not JSON, each in its own way.
+const NOT_JSON: [(&str, &[u8]); 5] = [
+    (
+        "invalid UTF-8 in a string",
+        b"{\"item\":\"\xff\xfe\",\"quantity\":1,\"amount_cents\":1}",
+    ),
+    ("invalid UTF-8 alone", b"\xc3\x28\xa0\xa1"),
+    ("plain text", b"hello, world"),
+    (
+        "a lone surrogate escape",
+        br#"{"item":"\ud800","quantity":1,"amount_cents":1}"#,
+    ),
+    (
+        "a truncated document",
+        br#"{"item":"tea","quantity":1,"amount_cents":"#,
+    ),
+];
+
+#[actix_web::test]
+async fn a_json_body_that_is_not_json_is_400_where_the_handler_parses_it() {
+    let env = Env::new().await;
+    let app = support::service(&env.idem()).await;
+    for (what, body) in NOT_JSON {
+        app.call(post_bytes("/orders", what, "application/json", body))
+            .await
+            .assert_app_problem(400, "malformed-body");
+    }
+    assert_eq!((env.keys().await, env.orders().await), (0, 0));
+    // The keys were not consumed: a valid order with one of them is created.
+    let key = NOT_JSON[0].0.replace(' ', "-");
+    app.call(post_order(ALICE, &key, &order_json("tea", 1, 1)))
+        .await
+        .assert_created();
+}
+
+#[actix_web::test]
+async fn a_json_body_that_is_not_json_is_400_where_only_idem_reads_it() {
+    let env = Env::new().await;
+    let app = support::service_with(&env.idem(), |cfg| {
+        cfg.service(note);
+    })
+    .await;
+    for content_type in [
+        "application/json",
+        "application/vnd.api+json; charset=utf-8",
+    ] {
+        for (what, body) in NOT_JSON {
+            let problem = app
+                .call(post_bytes("/test/note", what, content_type, body))
+                .await
+                .assert_idem_problem(400, "request-body-invalid");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("not valid JSON")),
+                "{what}: {problem}"
+            );
+        }
+    }
+    assert_eq!((env.keys().await, env.orders().await), (0, 0));
+
+    // The same bytes without a JSON content type are plain data, and the key is free.
+    let reply = app
+        .call(post_bytes(
+            "/test/note",
+            NOT_JSON[1].0,
+            "application/octet-stream",
+            NOT_JSON[1].1,
+        ))
+        .await;
+    assert_eq!(reply.status, 201);
+    assert_eq!((env.keys().await, env.orders().await), (1, 1));
+}
+
+#[actix_web::test]
+async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
+    let env = Env::new().await;
+    let app = support::service_with(&env.idem(), |cfg| {
+        cfg.service(note);
+    })
+    .await;
+    // serde_json refuses a 128th level of nesting, and so 100 000 levels.
+    for depth in [128, 100_000] {
+        let deep = "[".repeat(depth) + &"]".repeat(depth);
+        app.call(post_bytes(
+            "/test/note",
+            "deep",
+            "application/json",
+            deep.as_bytes(),
+        ))
+        .await
+        .assert_idem_problem(400, "request-body-invalid");
+        // The example's order extractor gives up at the first level already (an array
+        // is no order): refused before the claim either way.
+        let reply = app
+            .call(post_bytes(
+                "/orders",
+                "deep",
+                "application/json",
+                deep.as_bytes(),
+            ))
+            .await;
+        assert!([400, 422].contains(&reply.status), "{}", reply.status);
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json")
+        );
+    }
+    assert_eq!((env.keys().await, env.orders().await), (0, 0));
+    // 127 levels are a JSON document like any other.
+    let ok = "[".repeat(127) + &"]".repeat(127);
+    let reply = app
+        .call(post_bytes(
+            "/test/note",
+            "deep",
+            "application/json",
+            ok.as_bytes(),
+        ))
+        .await;
+    assert_eq!(reply.status, 201);
+}
