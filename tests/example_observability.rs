@@ -51,7 +51,10 @@ async fn the_example_serves_metrics_and_its_openapi_document() {
         metrics.header("content-type")
     );
     let text = metrics.text();
-    let endpoint = "endpoint=\"/orders\"";
+    // The example's handlers are generic over the database and registered with
+    // `.route(..)`, so `#[idempotent]` sees no route attribute: the endpoint label is the
+    // handler's name.
+    let endpoint = "endpoint=\"create_order\"";
     for outcome in ["executed", "replayed"] {
         let label = format!("outcome=\"{outcome}\"");
         assert_eq!(
