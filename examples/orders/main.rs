@@ -12,7 +12,8 @@
 //! directory, created if missing). At startup it prints `orders: database <backend>
 //! <location>`, applies idem's migrations (history in `_idem_migrations`) and its own from
 //! `examples/orders/migrations/<backend>` (history in sqlx's default `_sqlx_migrations`),
-//! starts the outbox relay that delivers payment receipts, prints
+//! starts the outbox relay that delivers payment receipts and idem's expiry task (a sweep
+//! of expired keys every minute), prints
 //! `orders: serving on http://<addr>` and serves. The endpoints and their answers are the
 //! same on both.
 //!
@@ -204,8 +205,12 @@ async fn serve<DB: PaymentStore>(
             || policy.handler().to_owned(),
             |(method, path)| format!("{method} {path}"),
         );
+        let lease = policy
+            .lease()
+            .map(|lease| format!(", lease {}ms", lease.as_millis()))
+            .unwrap_or_default();
         println!(
-            "orders: idempotent {route}: scope {}, retention {}s",
+            "orders: idempotent {route}: scope {}, retention {}s{lease}",
             policy.scope(),
             policy.retention().as_secs()
         );
@@ -228,6 +233,9 @@ async fn serve<DB: PaymentStore>(
         }
     };
     let relay = payments::spawn_relay(pool.clone());
+    // Keys past their retention are deleted in short batches; without this task the key
+    // table only grows.
+    let expiry = idem::Expiry::new(pool.clone()).spawn();
     let idem = idem::Idem::new(pool);
     let server = HttpServer::new(move || {
         App::new()
@@ -247,6 +255,7 @@ async fn serve<DB: PaymentStore>(
     }
     let served = server.run().await;
     relay.stop().await;
+    expiry.stop().await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
