@@ -144,7 +144,9 @@ async fn each_request_counts_once_under_its_outcome_and_statements_are_timed() {
     assert_eq!(claims.len(), 5, "{claims:?}");
     assert!(claims.iter().all(|s| (0.0..60.0).contains(s)), "{claims:?}");
     assert_eq!(
-        recorded.timings("create_order", "create_order", "begin").len(),
+        recorded
+            .timings("create_order", "create_order", "begin")
+            .len(),
         5
     );
     assert_eq!(
@@ -154,7 +156,9 @@ async fn each_request_counts_once_under_its_outcome_and_statements_are_timed() {
         1
     );
     assert_eq!(
-        recorded.timings("create_order", "create_order", "commit").len(),
+        recorded
+            .timings("create_order", "create_order", "commit")
+            .len(),
         1
     );
 }
