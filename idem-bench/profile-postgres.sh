@@ -25,7 +25,7 @@ fi
 # The schema: idem's migrations, the example's orders, the hand-written baseline's table
 # (idem-bench/src/hand.rs) and a copy of idem_keys without its CHECK constraints.
 {
-    cat migrations/postgres/*.sql examples/orders/migrations/*.sql
+    cat migrations/postgres/*.sql examples/orders/migrations/postgres/*.sql
     sed -n '/^pub(crate) const SCHEMA/,/";$/p' idem-bench/src/hand.rs | sed '1d;$d' | sed 's/\\$//'
     printf '\nCREATE TABLE keys_nocheck (LIKE idem_keys INCLUDING DEFAULTS INCLUDING INDEXES);\n'
 } > "$work/schema.sql"

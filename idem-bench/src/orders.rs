@@ -21,7 +21,7 @@ pub(crate) const ACCOUNT_HEADER: &str = "x-account-id";
 /// The example's table, applied from the example's own migrations so the schema cannot
 /// drift from the handler it mirrors.
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator =
-    sqlx::migrate!("../examples/orders/migrations");
+    sqlx::migrate!("../examples/orders/migrations/postgres");
 
 /// The caller, from `X-Account-Id` (the example's extractor, minus its error bodies).
 #[derive(Debug, Clone, Copy)]
