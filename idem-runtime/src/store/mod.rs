@@ -383,6 +383,61 @@ pub struct OutboxRow {
     pub seq: i64,
 }
 
+/// A key row as both stores' `inspect_key` select it: state, recovery point,
+/// fingerprint, method, path, created/expires/locked-until in microseconds since the
+/// epoch, status, header block, body length and the body's first bytes.
+pub(crate) type InspectRow = (
+    String,
+    String,
+    Vec<u8>,
+    String,
+    String,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i16>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    Option<Vec<u8>>,
+);
+
+/// The operator's view of an [`InspectRow`] of `key` in `scope`.
+pub(crate) fn key_record(scope: &str, key: &str, row: InspectRow) -> KeyRecord {
+    let (
+        state,
+        recovery_point,
+        request_hash,
+        method,
+        path,
+        created,
+        expires,
+        locked,
+        status,
+        headers,
+        body_len,
+        body_head,
+    ) = row;
+    KeyRecord {
+        scope: scope.to_owned(),
+        key: key.to_owned(),
+        state,
+        recovery_point,
+        fingerprint: request_hash,
+        method,
+        path,
+        created_at: from_micros(created),
+        expires_at: from_micros(expires),
+        locked_until: locked.map(from_micros),
+        response_status: status.and_then(|s| u16::try_from(s).ok()),
+        response_headers: headers
+            .as_deref()
+            .map(split_header_lines)
+            .unwrap_or_default(),
+        response_body_len: body_len.map(count),
+        response_body_head: body_head.unwrap_or_default(),
+    }
+}
+
 /// The stored header block is HTTP/1 lines, `name: value\r\n` (see the key table's
 /// migration); values stay bytes, as HTTP allows any octet in them.
 pub(crate) fn split_header_lines(block: &[u8]) -> Vec<(String, Vec<u8>)> {

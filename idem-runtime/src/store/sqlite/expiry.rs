@@ -8,7 +8,7 @@ use sqlx::{AssertSqlSafe, SqlitePool};
 use super::now;
 use crate::expiry::{AgeCounts, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount};
 use crate::migrate::MIGRATIONS_TABLE;
-use crate::store::{count, from_micros, split_header_lines};
+use crate::store::{InspectRow, count, from_micros, key_record};
 
 /// Which rows a sweep may delete: past their retention, and not in progress within a
 /// lease. Kept in one constant so the sweep, the dry run and `stats` cannot disagree.
@@ -180,21 +180,6 @@ SELECT state, recovery_point, request_hash, method, path, created_at, expires_at
        substr(response_body, 1, $3)
   FROM idem_keys WHERE scope = $1 AND idem_key = $2";
 
-type InspectRow = (
-    String,
-    String,
-    Vec<u8>,
-    String,
-    String,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i16>,
-    Option<Vec<u8>>,
-    Option<i64>,
-    Option<Vec<u8>>,
-);
-
 /// One key row, with at most `preview` bytes of its stored body.
 pub(crate) async fn inspect_key(
     pool: &SqlitePool,
@@ -209,40 +194,7 @@ pub(crate) async fn inspect_key(
         .bind(preview)
         .fetch_optional(pool)
         .await?;
-    Ok(row.map(
-        |(
-            state,
-            recovery_point,
-            request_hash,
-            method,
-            path,
-            created,
-            expires,
-            locked,
-            status,
-            headers,
-            body_len,
-            body_head,
-        )| KeyRecord {
-            scope: scope.to_owned(),
-            key: key.to_owned(),
-            state,
-            recovery_point,
-            fingerprint: request_hash,
-            method,
-            path,
-            created_at: from_micros(created),
-            expires_at: from_micros(expires),
-            locked_until: locked.map(from_micros),
-            response_status: status.and_then(|s| u16::try_from(s).ok()),
-            response_headers: headers
-                .as_deref()
-                .map(split_header_lines)
-                .unwrap_or_default(),
-            response_body_len: body_len.map(count),
-            response_body_head: body_head.unwrap_or_default(),
-        },
-    ))
+    Ok(row.map(|row| key_record(scope, key, row)))
 }
 
 #[cfg(test)]
