@@ -1,5 +1,6 @@
 //! The claim / execute / record flow behind every `#[idempotent]` handler.
 
+use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
@@ -256,15 +257,7 @@ impl<DB: Backend> Prepared<DB> {
             Ok(parts) => parts,
             Err(answer) => return answer,
         };
-        let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
-        let status = head.status().as_u16();
-        let (stored_headers, stored_body) = crate::encryption::seal(
-            self.idem.keyring(),
-            &claim,
-            status,
-            stored_headers,
-            &body_bytes,
-        );
+        let (status, stored_headers, stored_body) = self.seal_response(&claim, &head, &body_bytes);
         let stored = StoredResponse {
             status,
             headers: &stored_headers,
@@ -355,6 +348,21 @@ impl<DB: Backend> Prepared<DB> {
                 Err((ProblemKind::ResponseTooLarge.response(detail), "too_large"))
             }
         }
+    }
+
+    /// The response as the key store keeps it: its status, the allow-listed headers as
+    /// HTTP/1 lines and the body, both sealed when a keyring is configured.
+    pub(crate) fn seal_response<'a>(
+        &self,
+        claim: &ClaimRequest<'_>,
+        head: &HttpResponse<()>,
+        body: &'a [u8],
+    ) -> (u16, Vec<u8>, Cow<'a, [u8]>) {
+        let status = head.status().as_u16();
+        let headers = encode_headers(head.headers(), self.idem.replayed_headers());
+        let (headers, body) =
+            crate::encryption::seal(self.idem.keyring(), claim, status, headers, body);
+        (status, headers, body)
     }
 
     /// Stores a response whose handler transaction was aborted, in a transaction of its

@@ -22,9 +22,7 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
-use crate::flow::{
-    Prepared, answer_existing, encode_headers, in_progress, mismatched, storage_unavailable,
-};
+use crate::flow::{Prepared, answer_existing, in_progress, mismatched, storage_unavailable};
 use crate::metrics::timed;
 use crate::problem::ProblemKind;
 use crate::store::{
@@ -809,15 +807,7 @@ impl<DB: Backend> Prepared<DB> {
                 return answer;
             }
         };
-        let stored_headers = encode_headers(head.headers(), self.idem.replayed_headers());
-        let status = head.status().as_u16();
-        let (stored_headers, stored_body) = crate::encryption::seal(
-            self.idem.keyring(),
-            &claim,
-            status,
-            stored_headers,
-            &body_bytes,
-        );
+        let (status, stored_headers, stored_body) = self.seal_response(&claim, &head, &body_bytes);
         let stored = StoredResponse {
             status,
             headers: &stored_headers,
