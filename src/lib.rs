@@ -202,6 +202,9 @@ pub use idem_runtime::{
 pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,
 };
+pub use idem_runtime::{
+    RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, stranded_keys,
+};
 
 #[cfg(feature = "encryption")]
 pub use idem_runtime::encryption;

@@ -5,6 +5,9 @@
 //! idem expire --once [--dry-run] [--batch-size N]  delete keys past their retention
 //! idem stats                                    keys by state and age, sizes
 //! idem inspect <scope> <key>                    one key and its stored response
+//! idem stranded [--limit N] [--step NAME]...    unfinished keys past their retention
+//! idem resolve <scope> <key> --failed DETAIL    end an unfinished key's operation, or
+//! idem resolve <scope> <key> --status 201 --content-type T --body-file F
 //! ```
 //!
 //! The database is `--database-url` or `DATABASE_URL`. Results go to stdout; an error is
@@ -55,6 +58,49 @@ enum Command {
         #[arg(value_parser = parse_key)]
         key: IdempotencyKey,
     },
+    /// Keys in progress past their retention: what each committed, and its derived keys
+    Stranded(StrandedArgs),
+    /// End the operation of an unfinished key with the answer its retries get
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Args)]
+struct StrandedArgs {
+    /// Most keys shown, oldest first
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    limit: u32,
+    /// Also show the derived key of this step (as passed to `Phases::derived_key`);
+    /// the derived key of each committed phase's name is always shown
+    #[arg(long = "step", value_name = "NAME")]
+    steps: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("answer").required(true).args(["failed", "status"])))]
+struct ResolveArgs {
+    /// The key's scope
+    scope: String,
+    /// The key, bare or as a quoted Structured Field string
+    #[arg(value_parser = parse_key)]
+    key: IdempotencyKey,
+    /// Mark the operation failed: retries get a 500 `operation-failed` problem with
+    /// this detail
+    #[arg(long, value_name = "DETAIL")]
+    failed: Option<String>,
+    /// Complete the operation with this status (with --content-type and --body-file)
+    #[arg(long, value_name = "STATUS", requires_all = ["content_type", "body_file"],
+          value_parser = clap::value_parser!(u16).range(100..1000))]
+    status: Option<u16>,
+    /// Content-Type of the answer
+    #[arg(long, value_name = "TYPE", requires = "status")]
+    content_type: Option<String>,
+    /// File holding the answer's body
+    #[arg(long, value_name = "FILE", requires = "status")]
+    body_file: Option<std::path::PathBuf>,
+    /// How long the resolved key is kept for its client's retries, e.g. 24h or 7d
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = show::parse_duration)]
+    keep: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +174,8 @@ async fn run(cli: Cli) -> Outcome {
         Command::Expire(args) => expire(&pool, args).await,
         Command::Stats => stats(&pool).await,
         Command::Inspect { scope, key } => inspect(&pool, scope, key).await,
+        Command::Stranded(args) => stranded(&pool, args).await,
+        Command::Resolve(args) => resolve(&pool, args).await,
     };
     pool.close().await;
     outcome
@@ -286,6 +334,59 @@ async fn inspect(pool: &PgPool, scope: &str, key: &IdempotencyKey) -> Outcome {
             key.as_str()
         ))),
     }
+}
+
+async fn stranded(pool: &PgPool, args: &StrandedArgs) -> Outcome {
+    require_current_schema(pool).await?;
+    let keys = idem_runtime::stranded_keys(pool, args.limit).await?;
+    print!(
+        "{}",
+        show::stranded(&keys, &args.steps, std::time::SystemTime::now())
+    );
+    Ok(())
+}
+
+async fn resolve(pool: &PgPool, args: &ResolveArgs) -> Outcome {
+    require_current_schema(pool).await?;
+    let resolution = match (&args.failed, args.status) {
+        (Some(detail), _) => idem_runtime::Resolution::failed(detail),
+        (None, Some(status)) => {
+            let content_type = args.content_type.as_deref().unwrap_or_default();
+            // What an HTTP header value may hold (visible ASCII, spaces and tabs).
+            if !content_type
+                .bytes()
+                .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+            {
+                return Err(Failure(format!(
+                    "{content_type:?} is not a valid Content-Type value"
+                )));
+            }
+            let path = args
+                .body_file
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""));
+            let body = std::fs::read(path)
+                .map_err(|error| Failure(format!("cannot read {}: {error}", path.display())))?;
+            idem_runtime::Resolution::completed(status, content_type, body)
+        }
+        (None, None) => unreachable!("clap requires --failed or --status"),
+    };
+    idem_runtime::resolve_key(pool, &args.scope, args.key.as_str(), &resolution, args.keep)
+        .await
+        .map_err(|error| {
+            Failure(format!(
+                "key {:?} in scope {:?}: {error}",
+                args.key.as_str(),
+                args.scope
+            ))
+        })?;
+    println!(
+        "resolved key {:?} in scope {:?}; its retries get this answer for {}",
+        args.key.as_str(),
+        args.scope,
+        show::seconds(args.keep)
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::{KeyRecord, KeyStats};
+use idem_runtime::{KeyRecord, KeyStats, StrandedKey};
 
 /// Most bytes of a stored body `inspect` shows.
 const BODY_PREVIEW: usize = 160;
@@ -52,6 +52,22 @@ pub(crate) fn stats(stats: &KeyStats, now: SystemTime) -> String {
             }
         }
     }
+    let _ = writeln!(
+        out,
+        "stranded            {} (in progress past retention; see `idem stranded`)",
+        stats.stranded
+    );
+    if let Some(key) = &stats.oldest_stranded {
+        let _ = writeln!(
+            out,
+            "oldest stranded     scope {:?} key {:?} at {:?}, created {} ({})",
+            key.scope,
+            key.key,
+            key.recovery_point,
+            timestamp(key.created_at),
+            relative(key.created_at, now)
+        );
+    }
     let _ = writeln!(out);
     let index_bytes: u64 = stats.indexes.iter().map(|i| i.bytes).sum();
     let _ = writeln!(
@@ -62,6 +78,52 @@ pub(crate) fn stats(stats: &KeyStats, now: SystemTime) -> String {
     let _ = writeln!(out, "indexes             {}", bytes(index_bytes));
     for index in &stats.indexes {
         let _ = writeln!(out, "  {:<26}{}", index.name, bytes(index.bytes));
+    }
+    out
+}
+
+/// The report of `idem stranded`: each key, what committed, and the derived keys an
+/// operator looks the provider's calls up by.
+pub(crate) fn stranded(keys: &[StrandedKey], steps: &[String], now: SystemTime) -> String {
+    let mut out = String::new();
+    if keys.is_empty() {
+        let _ = writeln!(out, "no stranded keys");
+        return out;
+    }
+    for key in keys {
+        let _ = writeln!(out, "scope {:?} key {:?}", key.scope, key.key);
+        let _ = writeln!(out, "  request         {} {}", key.method, key.path);
+        let _ = writeln!(out, "  recovery point  {}", key.recovery_point);
+        let _ = writeln!(
+            out,
+            "  created         {} ({})",
+            timestamp(key.created_at),
+            relative(key.created_at, now)
+        );
+        let _ = writeln!(
+            out,
+            "  expired         {} ({})",
+            timestamp(key.expires_at),
+            relative(key.expires_at, now)
+        );
+        let _ = writeln!(out, "  generation      {}", key.generation);
+        if key.phases.is_empty() {
+            let _ = writeln!(out, "  phases          none committed");
+        }
+        for phase in &key.phases {
+            let _ = writeln!(
+                out,
+                "  phase {:?} at {}: {}",
+                phase.name,
+                timestamp(phase.recorded_at),
+                phase.output
+            );
+        }
+        let mut names: Vec<&str> = key.phases.iter().map(|p| p.name.as_str()).collect();
+        names.extend(steps.iter().map(String::as_str));
+        for name in names {
+            let _ = writeln!(out, "  derived key {name:?}: {}", key.derived_key(name));
+        }
     }
     out
 }
@@ -243,8 +305,9 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
         "h" => Ok(Duration::from_secs(n * 3600)),
+        "d" => Ok(Duration::from_secs(n * 86_400)),
         _ => Err(format!(
-            "`{text}` has no known unit: write ms, s, m or h, e.g. 20ms"
+            "`{text}` has no known unit: write ms, s, m, h or d, e.g. 20ms"
         )),
     }
 }

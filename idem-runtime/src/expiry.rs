@@ -383,6 +383,7 @@ impl<DB: Backend> Expiry<DB> {
                 () = tokio::time::sleep(self.pause) => {}
             }
         }
+        self.count_stranded(&mut report).await;
         report.duration = started.elapsed();
         self.update_stats(|stats| {
             stats.sweeps += 1;
@@ -411,6 +412,30 @@ impl<DB: Backend> Expiry<DB> {
         SweepOutcome {
             result: Ok(report),
             stopped,
+        }
+    }
+
+    /// Counts the keys this sweep passed by because their operation never finished, for
+    /// the report, the metrics and a warning an operator can act on.
+    async fn count_stranded(&self, report: &mut SweepReport) {
+        match DB::count_stranded(&self.pool).await {
+            Ok((stranded, oldest)) => {
+                report.stranded = stranded;
+                report.oldest_stranded = oldest.map(crate::store::from_micros);
+                let oldest_age = report
+                    .oldest_stranded
+                    .and_then(|at| SystemTime::now().duration_since(at).ok());
+                crate::metrics::stranded(stranded, oldest_age);
+                if stranded > 0 {
+                    tracing::warn!(
+                        stranded,
+                        oldest_age_s = oldest_age.map(|age| age.as_secs()),
+                        "idem keys in progress past their retention are kept, not deleted: \
+                         list them with `idem stranded` and resolve them",
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(%error, "idem expiry: counting stranded keys failed"),
         }
     }
 
@@ -545,6 +570,11 @@ pub struct SweepReport {
     pub duration: Duration,
     /// The slowest batch: the longest any batch held its row locks.
     pub longest_batch: Duration,
+    /// Keys in progress past their retention, counted after the sweep: the sweep never
+    /// deletes them (see [`stranded_keys`](crate::stranded_keys)).
+    pub stranded: u64,
+    /// When the oldest of them was claimed.
+    pub oldest_stranded: Option<SystemTime>,
 }
 
 /// A sweep that failed on a database error. The rows it deleted before stay deleted.
@@ -813,6 +843,12 @@ pub struct KeyStats {
     pub in_lease: u64,
     /// The oldest key in state `started`, if any.
     pub oldest_in_progress: Option<InProgressKey>,
+    /// Keys in progress past their retention with no live lease: operations that never
+    /// finished and whose clients have not come back. The sweep never deletes them; see
+    /// [`stranded_keys`](crate::stranded_keys) and [`resolve_key`](crate::resolve_key).
+    pub stranded: u64,
+    /// The oldest of them (by `created_at`), if any.
+    pub oldest_stranded: Option<InProgressKey>,
     /// The table's heap and TOAST size in bytes (`pg_table_size`), without indexes.
     pub table_bytes: u64,
     /// Each index of the table with its size.

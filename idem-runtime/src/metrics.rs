@@ -8,6 +8,8 @@
 //! | [`REQUESTS_TOTAL`] | counter | `endpoint`, `handler`, `outcome` | requests that reached idem's flow, by how it answered |
 //! | [`TAKEOVERS_TOTAL`] | counter | `endpoint`, `handler` | phased attempts that took over a key whose lease ran out |
 //! | [`STATEMENT_SECONDS`] | histogram | `endpoint`, `handler`, `statement` | time spent in idem's own statements, in seconds |
+//! | [`STRANDED_KEYS`] | gauge | | keys in progress past their retention (an operator must resolve them), set after each expiry sweep |
+//! | [`STRANDED_OLDEST_SECONDS`] | gauge | | age of the oldest of them in seconds (0 when there is none) |
 //!
 //! `endpoint` is the route's path pattern (e.g. `/orders`) when `#[idempotent]` could see
 //! it (written above the route attribute), else the handler's name; `handler` is the
@@ -68,6 +70,25 @@ pub const TAKEOVERS_TOTAL: &str = "idem_takeovers_total";
 #[cfg(feature = "metrics")]
 pub const STATEMENT_SECONDS: &str = "idem_statement_duration_seconds";
 
+/// Gauge of the keys in progress past their retention, set after each expiry sweep.
+///
+/// ```
+/// assert_eq!(idem_runtime::metrics::STRANDED_KEYS, "idem_stranded_keys");
+/// ```
+#[cfg(feature = "metrics")]
+pub const STRANDED_KEYS: &str = "idem_stranded_keys";
+
+/// Gauge of the age in seconds of the oldest key in progress past its retention.
+///
+/// ```
+/// assert_eq!(
+///     idem_runtime::metrics::STRANDED_OLDEST_SECONDS,
+///     "idem_stranded_oldest_age_seconds"
+/// );
+/// ```
+#[cfg(feature = "metrics")]
+pub const STRANDED_OLDEST_SECONDS: &str = "idem_stranded_oldest_age_seconds";
+
 /// Registers the units and descriptions of idem's metrics with the installed recorder,
 /// for exporters that show them (Prometheus `# HELP` lines). Optional: the metrics are
 /// recorded either way.
@@ -86,6 +107,16 @@ pub fn describe() {
         TAKEOVERS_TOTAL,
         ::metrics::Unit::Count,
         "Phased attempts that took over a key whose lease had run out"
+    );
+    ::metrics::describe_gauge!(
+        STRANDED_KEYS,
+        ::metrics::Unit::Count,
+        "Keys in progress past their retention, kept for an operator to resolve"
+    );
+    ::metrics::describe_gauge!(
+        STRANDED_OLDEST_SECONDS,
+        ::metrics::Unit::Seconds,
+        "Age of the oldest key in progress past its retention"
     );
     ::metrics::describe_histogram!(
         STATEMENT_SECONDS,
@@ -125,6 +156,20 @@ pub(crate) fn takeover(policy: &'static Policy) {
     .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = policy;
+}
+
+/// Sets the stranded-key gauges after a sweep.
+pub(crate) fn stranded(count: u64, oldest_age: Option<std::time::Duration>) {
+    #[cfg(feature = "metrics")]
+    {
+        // Gauges are f64; a count of keys is exact far beyond any table's size.
+        #[allow(clippy::cast_precision_loss)]
+        ::metrics::gauge!(STRANDED_KEYS).set(count as f64);
+        ::metrics::gauge!(STRANDED_OLDEST_SECONDS)
+            .set(oldest_age.map_or(0.0, |age| age.as_secs_f64()));
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (count, oldest_age);
 }
 
 /// Runs one of idem's statements, recording how long it took (also when it failed).

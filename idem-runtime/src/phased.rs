@@ -794,14 +794,28 @@ impl<DB: Backend> Prepared<DB> {
             return (response, "resumable");
         }
 
-        let (head, body_bytes) = match self
+        let (head, body_bytes, outcome) = match self
             .buffer_response(
                 response,
                 "its response was not recorded; the steps it completed are kept",
             )
             .await
         {
-            Ok(parts) => parts,
+            Ok((head, body)) => (head, body, "executed"),
+            // The phases committed and cannot be undone, and every retry would build the
+            // same oversized answer and fail again, until the key is stranded. So the
+            // problem is recorded as the key's answer: the key completes, and no retry
+            // runs the handler again.
+            Err((_, "too_large")) => {
+                let detail = format!(
+                    "the request was carried out, but its response is larger than the {}                      bytes the server stores for replay; this answer was recorded in its                      place, and every retry with this key gets it",
+                    self.idem.stored_limit()
+                );
+                let (head, body) = ProblemKind::ResponseTooLarge.response(detail).into_parts();
+                // A problem document is a few hundred bytes, far below any stored limit.
+                let body = actix_web::body::MessageBody::try_into_bytes(body).unwrap_or_default();
+                (head, body, "too_large")
+            }
             Err(answer) => {
                 self.release(&attempt).await;
                 return answer;
@@ -819,7 +833,7 @@ impl<DB: Backend> Prepared<DB> {
         };
         let completed = timed(self.policy, "complete", completed).await;
         match completed {
-            Ok(true) => (head.set_body(body_bytes).map_into_boxed_body(), "executed"),
+            Ok(true) => (head.set_body(body_bytes).map_into_boxed_body(), outcome),
             Ok(false) => {
                 tracing::warn!(
                     handler = self.policy.handler(),

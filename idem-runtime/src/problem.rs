@@ -12,13 +12,14 @@
 //! | 409 | `#request-in-progress` | the same key is still being processed; `Retry-After: 1` |
 //! | 413 | `#request-body-too-large` | the body exceeds [`Idem::max_request_bytes`](crate::Idem::max_request_bytes) |
 //! | 422 | `#idempotency-key-reused` | the key was used for a different request; `mismatch` says `"method_or_path"` or `"body"` |
-//! | 500 | `#response-too-large` | the handler's response exceeds [`Idem::max_stored_bytes`](crate::Idem::max_stored_bytes); nothing was committed |
+//! | 500 | `#response-too-large` | the handler's response exceeds [`Idem::max_stored_bytes`](crate::Idem::max_stored_bytes); nothing was committed (in the phased form: recorded as the key's answer) |
 //! | 500 | `#response-failed` | the handler's response body stream failed; nothing was committed |
 //! | 500 | `#handler-panicked` | the handler panicked; nothing was committed |
 //! | 500 | `#transaction-ended` | the handler ended idem's transaction itself (a raw `COMMIT` or `ROLLBACK`) |
 //! | 500 | `#transaction-aborted` | the handler answered 2xx or 3xx although one of its statements failed, so its writes were lost; rolled back |
 //! | 500 | `#stored-response-unreadable` | the stored response does not decrypt (altered, or sealed by a key no longer configured); not replayed |
 //! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
+//! | 500 | `#operation-failed` | an operator marked this key's unfinished operation failed ([`resolve_key`](crate::resolve_key)); replayed to every retry |
 //! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed; `Retry-After: 1` |
 //!
 //! In the phased form "nothing was committed" means the failed phase and the response:
@@ -40,6 +41,9 @@
 //! The key belongs to an earlier request with a different method, path or body.
 //! # response-too-large
 //! The response could not be stored for replay, so the whole transaction was rolled back.
+//! In the phased form the phases have committed and cannot be undone, so this problem is
+//! recorded as the key's answer instead and replayed to every retry: no retry runs the
+//! handler again, and the key completes rather than staying in progress.
 //! # response-failed
 //! The handler's streaming response failed before it could be stored; nothing was saved.
 //! # handler-panicked
@@ -56,6 +60,11 @@
 //! altered, or sealed by a key that is no longer in the keyring. It is never replayed.
 //! # not-configured
 //! The application did not register `idem::Idem` in its app data.
+//! # operation-failed
+//! The operation under this key never finished (its process died after some of its steps
+//! committed, and no retry completed it within its retention), and an operator resolved
+//! it as failed; `detail` is the operator's text. Every retry with this key gets this
+//! answer: the key does not run again. Use a new key for a new attempt.
 //! # storage-unavailable
 //! The key store could not be reached or answered with an error.
 
@@ -109,6 +118,8 @@ pub enum ProblemKind {
     NotConfigured,
     /// 503: the key store failed.
     StorageUnavailable,
+    /// 500: an operator marked an unfinished operation failed (`idem resolve --failed`).
+    OperationFailed,
 }
 
 impl ProblemKind {
@@ -129,6 +140,7 @@ impl ProblemKind {
             Self::StoredResponseUnreadable => "stored-response-unreadable",
             Self::NotConfigured => "not-configured",
             Self::StorageUnavailable => "storage-unavailable",
+            Self::OperationFailed => "operation-failed",
         }
     }
 
@@ -150,7 +162,8 @@ impl ProblemKind {
             | Self::TransactionEnded
             | Self::TransactionAborted
             | Self::StoredResponseUnreadable
-            | Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            | Self::NotConfigured
+            | Self::OperationFailed => StatusCode::INTERNAL_SERVER_ERROR,
             Self::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -171,6 +184,7 @@ impl ProblemKind {
             Self::StoredResponseUnreadable => "Stored response cannot be decrypted",
             Self::NotConfigured => "Idempotency is not configured",
             Self::StorageUnavailable => "Idempotency key store unavailable",
+            Self::OperationFailed => "Operation marked failed by an operator",
         }
     }
 
@@ -185,6 +199,16 @@ impl ProblemKind {
         detail: impl Into<String>,
         extra: Map<String, Value>,
     ) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status());
+        response.insert_header((CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
+        if matches!(self, Self::InProgress | Self::StorageUnavailable) {
+            response.insert_header((RETRY_AFTER, HeaderValue::from_static("1")));
+        }
+        response.body(self.body(detail, extra))
+    }
+
+    /// The problem document itself, for answers idem stores rather than sends.
+    pub(crate) fn body(self, detail: impl Into<String>, extra: Map<String, Value>) -> String {
         let mut body = json!({
             "type": self.type_uri(),
             "title": self.title(),
@@ -194,11 +218,6 @@ impl ProblemKind {
         if let Value::Object(members) = &mut body {
             members.extend(extra);
         }
-        let mut response = HttpResponse::build(self.status());
-        response.insert_header((CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
-        if matches!(self, Self::InProgress | Self::StorageUnavailable) {
-            response.insert_header((RETRY_AFTER, HeaderValue::from_static("1")));
-        }
-        response.body(body.to_string())
+        body.to_string()
     }
 }

@@ -94,12 +94,16 @@ pub(crate) trait TestBackend: app::Store {
     /// The key row's `(state, recovery_point, fencing_token, lease held now)`.
     fn key_state(pool: &Pool<Self>, key: &str)
     -> impl Future<Output = (String, String, i64, bool)>;
+
+    /// Moves `key`'s retention and lease one second into the past, as if the client came
+    /// back after the retention (a phone offline for a day, a queue redelivering late).
+    fn expire_key(pool: &Pool<Self>, key: &str) -> impl Future<Output = ()>;
 }
 
 /// Implements [`TestBackend`]: the same statements on both databases, but for how a
 /// retention is read from the two timestamps and how a lease is compared with now.
 macro_rules! test_backend {
-    ($db:ty, $test_db:ty, $open:expr, $retention:literal, $leased:literal) => {
+    ($db:ty, $test_db:ty, $open:expr, $retention:literal, $leased:literal, $past:literal) => {
         impl TestBackend for $db {
             type Db = $test_db;
 
@@ -154,6 +158,21 @@ macro_rules! test_backend {
                 .expect("read the key row")
             }
 
+            async fn expire_key(pool: &Pool<Self>, key: &str) {
+                let expired = sqlx::query(concat!(
+                    "UPDATE idem_keys SET expires_at = ",
+                    $past,
+                    ", locked_until = ",
+                    $past,
+                    " WHERE idem_key = $1"
+                ))
+                .bind(key)
+                .execute(pool)
+                .await
+                .expect("move the key's times into the past");
+                assert_eq!(expired.rows_affected(), 1, "the key {key} exists");
+            }
+
             async fn retentions(pool: &Pool<Self>) -> Vec<i64> {
                 sqlx::query_scalar(concat!("SELECT ", $retention, " FROM idem_keys"))
                     .fetch_all(pool)
@@ -169,14 +188,16 @@ test_backend!(
     TestDb,
     TestDb::new().await,
     "extract(epoch FROM expires_at - created_at)::int8",
-    "coalesce(locked_until > clock_timestamp(), false)"
+    "coalesce(locked_until > clock_timestamp(), false)",
+    "now() - interval '1 second'"
 );
 test_backend!(
     Sqlite,
     TestSqlite,
     TestSqlite::new(),
     "(expires_at - created_at) / 1000000",
-    "coalesce(locked_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0)"
+    "coalesce(locked_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0)",
+    "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 1000000"
 );
 
 /// A fresh database with idem's and the example's migrations applied.

@@ -244,6 +244,71 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         key: &str,
         preview: usize,
     ) -> impl Future<Output = Result<Option<KeyRecord>, sqlx::Error>> + Send;
+
+    /// How many keys are in progress past their retention with no live lease, and the
+    /// `created_at` (microseconds) of the oldest.
+    #[doc(hidden)]
+    fn count_stranded(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<(u64, Option<i64>), sqlx::Error>> + Send;
+
+    /// Up to `limit` keys in progress past their retention with no live lease, oldest
+    /// first.
+    #[doc(hidden)]
+    fn stranded_keys(
+        pool: &Pool<Self>,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<StrandedRow>, sqlx::Error>> + Send;
+
+    /// `(phase, output as JSON text, recorded at in microseconds)` of a key's recorded
+    /// phases, in the order they committed.
+    #[doc(hidden)]
+    fn recorded_phases(
+        pool: &Pool<Self>,
+        scope: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String, i64)>, sqlx::Error>> + Send;
+
+    /// Completes a `started` key whose lease is free with `response`, fencing out any
+    /// attempt, and keeps it for `keep`; says why not otherwise.
+    #[doc(hidden)]
+    fn resolve_key(
+        pool: &Pool<Self>,
+        scope: &str,
+        key: &str,
+        response: &StoredResponse<'_>,
+        keep: Duration,
+    ) -> impl Future<Output = Result<Resolved, sqlx::Error>> + Send;
+}
+
+/// A stranded key as both stores select it: scope, key, method, path, recovery point,
+/// created / expires / locked-until in microseconds since the epoch, generation.
+#[doc(hidden)]
+#[derive(Debug, sqlx::FromRow)]
+pub struct StrandedRow {
+    pub scope: String,
+    pub idem_key: String,
+    pub method: String,
+    pub path: String,
+    pub recovery_point: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub locked_until: Option<i64>,
+    pub generation: i64,
+}
+
+/// What [`Backend::resolve_key`] did.
+#[doc(hidden)]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// Completed with the given answer.
+    Done,
+    /// No such key.
+    NotFound,
+    /// The key has its final answer already.
+    AlreadyCompleted,
+    /// An attempt holds the key's lease: it is being worked on.
+    InLease,
 }
 
 mod sealed {
@@ -451,6 +516,21 @@ pub(crate) fn split_header_lines(block: &[u8]) -> Vec<(String, Vec<u8>)> {
             Some((String::from_utf8_lossy(name).into_owned(), value.to_vec()))
         })
         .collect()
+}
+
+/// `(scope, key, recovery point, created at, locked until)` of a key in progress, times in
+/// microseconds since the epoch, as both stores' `key_stats` select it.
+pub(crate) type InProgressRow = (String, String, String, i64, Option<i64>);
+
+pub(crate) fn in_progress_key(row: InProgressRow) -> crate::InProgressKey {
+    let (scope, key, recovery_point, created, locked) = row;
+    crate::InProgressKey {
+        scope,
+        key,
+        recovery_point,
+        created_at: from_micros(created),
+        locked_until: locked.map(from_micros),
+    }
 }
 
 /// Counts and sizes come back as 64-bit integers; none of them is negative.

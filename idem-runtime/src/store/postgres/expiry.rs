@@ -6,15 +6,35 @@
 
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
-use crate::expiry::{AgeCounts, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount};
+use crate::expiry::{AgeCounts, IndexSize, KeyRecord, KeyStats, StateCount};
 use crate::migrate::MIGRATIONS_TABLE;
-use crate::store::{InspectRow, count, from_micros, key_record};
+use crate::store::{
+    InProgressRow, InspectRow, Resolved, StoredResponse, StrandedRow, count, in_progress_key,
+    key_record,
+};
 
-/// Which rows a sweep may delete: past their retention, and not in progress within a
-/// lease. The phased form sets `locked_until` while a key is being worked on; such a row
-/// must survive its `expires_at` until the lease runs out. Both halves are kept in this
-/// one constant so the sweep, the dry run and `stats` cannot disagree.
-const DELETABLE: &str = "expires_at <= now() AND (locked_until IS NULL OR locked_until <= now())";
+/// Which rows a sweep may delete: completed, and past their retention. A key still
+/// `started` is never deleted, however old: in the phased form it may hold committed
+/// phases (money moved) with no final answer, and deleting it would let a late retry
+/// start the operation again with new derived keys. Such keys are left for an operator
+/// (`stranded!`). Kept in one macro so the sweep, the dry run and `stats` cannot
+/// disagree.
+macro_rules! deletable {
+    () => {
+        "state = 'completed' AND expires_at <= now()"
+    };
+}
+const DELETABLE: &str = deletable!();
+
+/// Keys in progress past their retention with no live lease: a phased operation that
+/// committed phases, or crashed before its first, and whose client has not come back.
+/// Counted by `stats`, listed by `stranded_keys`, resolved by an operator.
+macro_rules! stranded {
+    () => {
+        "state = 'started' AND expires_at <= now() \
+         AND (locked_until IS NULL OR locked_until <= clock_timestamp())"
+    };
+}
 
 /// One batch of the sweep, with its size as a literal: a script of three statements sent
 /// as one simple query, which PostgreSQL runs as one implicit transaction (so the
@@ -118,7 +138,8 @@ macro_rules! micros {
 
 /// One scan counts every state by age, plus the rows a sweep would delete and those in a
 /// lease. The age bounds are those documented on [`AgeCounts`].
-const STATE_COUNTS: &str = "\
+const STATE_COUNTS: &str = concat!(
+    "\
 SELECT state,
        count(*),
        count(*) FILTER (WHERE created_at > now() - interval '1 hour'),
@@ -127,14 +148,19 @@ SELECT state,
        count(*) FILTER (WHERE created_at <= now() - interval '1 day'
                           AND created_at > now() - interval '7 days'),
        count(*) FILTER (WHERE created_at <= now() - interval '7 days'),
-       count(*) FILTER (WHERE expires_at <= now()
-                          AND (locked_until IS NULL OR locked_until <= now())),
-       count(*) FILTER (WHERE locked_until > now())
+       count(*) FILTER (WHERE ",
+    deletable!(),
+    "),
+       count(*) FILTER (WHERE locked_until > now()),
+       count(*) FILTER (WHERE ",
+    stranded!(),
+    ")
   FROM idem_keys
  GROUP BY state
- ORDER BY state";
+ ORDER BY state"
+);
 
-type StateRow = (String, i64, i64, i64, i64, i64, i64, i64);
+type StateRow = (String, i64, i64, i64, i64, i64, i64, i64, i64);
 
 const OLDEST_IN_PROGRESS: &str = concat!(
     "SELECT scope, idem_key, recovery_point, ",
@@ -144,7 +170,15 @@ const OLDEST_IN_PROGRESS: &str = concat!(
     " FROM idem_keys WHERE state = 'started' ORDER BY created_at LIMIT 1"
 );
 
-type InProgressRow = (String, String, String, i64, Option<i64>);
+const OLDEST_STRANDED: &str = concat!(
+    "SELECT scope, idem_key, recovery_point, ",
+    micros!("created_at"),
+    ", ",
+    micros!("locked_until"),
+    " FROM idem_keys WHERE ",
+    stranded!(),
+    " ORDER BY created_at LIMIT 1"
+);
 
 /// `pg_table_size` counts the heap with its TOAST table (where large response bodies
 /// live), free space and visibility maps, but no index.
@@ -162,10 +196,12 @@ pub(crate) async fn key_stats(pool: &PgPool) -> sqlx::Result<KeyStats> {
     let rows: Vec<StateRow> = sqlx::query_as(STATE_COUNTS).fetch_all(&mut *conn).await?;
     let mut deletable = 0;
     let mut in_lease = 0;
+    let mut stranded = 0;
     let mut states = Vec::with_capacity(rows.len());
-    for (state, total, last_hour, last_day, last_week, older, expired, leased) in rows {
+    for (state, total, last_hour, last_day, last_week, older, expired, leased, unfinished) in rows {
         deletable += count(expired);
         in_lease += count(leased);
+        stranded += count(unfinished);
         states.push(StateCount {
             state,
             ages: AgeCounts {
@@ -180,23 +216,18 @@ pub(crate) async fn key_stats(pool: &PgPool) -> sqlx::Result<KeyStats> {
     let oldest: Option<InProgressRow> = sqlx::query_as(OLDEST_IN_PROGRESS)
         .fetch_optional(&mut *conn)
         .await?;
-    let oldest_in_progress =
-        oldest.map(
-            |(scope, key, recovery_point, created, locked)| InProgressKey {
-                scope,
-                key,
-                recovery_point,
-                created_at: from_micros(created),
-                locked_until: locked.map(from_micros),
-            },
-        );
+    let oldest_stranded: Option<InProgressRow> = sqlx::query_as(OLDEST_STRANDED)
+        .fetch_optional(&mut *conn)
+        .await?;
     let table_bytes: i64 = sqlx::query_scalar(TABLE_SIZE).fetch_one(&mut *conn).await?;
     let index_rows: Vec<(String, i64)> = sqlx::query_as(INDEX_SIZES).fetch_all(&mut *conn).await?;
     Ok(KeyStats {
         states,
         deletable,
         in_lease,
-        oldest_in_progress,
+        oldest_in_progress: oldest.map(in_progress_key),
+        stranded,
+        oldest_stranded: oldest_stranded.map(in_progress_key),
         table_bytes: count(table_bytes),
         indexes: index_rows
             .into_iter()
@@ -236,6 +267,101 @@ pub(crate) async fn inspect_key(
         .fetch_optional(pool)
         .await?;
     Ok(row.map(|row| key_record(scope, key, row)))
+}
+
+const COUNT_STRANDED: &str = concat!(
+    "SELECT count(*), min(",
+    micros!("created_at"),
+    ") FROM idem_keys WHERE ",
+    stranded!()
+);
+
+/// How many keys are stranded, and when the oldest was claimed.
+pub(crate) async fn count_stranded(pool: &PgPool) -> sqlx::Result<(u64, Option<i64>)> {
+    let (stranded, oldest): (i64, Option<i64>) =
+        sqlx::query_as(COUNT_STRANDED).fetch_one(pool).await?;
+    Ok((count(stranded), oldest))
+}
+
+const STRANDED_KEYS: &str = concat!(
+    "SELECT scope, idem_key, method, path, recovery_point, ",
+    micros!("created_at"),
+    " AS created_at, ",
+    micros!("expires_at"),
+    " AS expires_at, ",
+    micros!("locked_until"),
+    " AS locked_until, generation FROM idem_keys WHERE ",
+    stranded!(),
+    " ORDER BY created_at LIMIT $1"
+);
+
+/// Up to `limit` stranded keys, oldest first.
+pub(crate) async fn stranded_keys(pool: &PgPool, limit: u32) -> sqlx::Result<Vec<StrandedRow>> {
+    sqlx::query_as(STRANDED_KEYS)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await
+}
+
+const RECORDED_PHASES: &str = concat!(
+    "SELECT phase, output::text, ",
+    micros!("recorded_at"),
+    " FROM idem_phases WHERE scope = $1 AND idem_key = $2 ORDER BY recorded_at, phase"
+);
+
+/// A key's recorded phases, in the order they committed.
+pub(crate) async fn recorded_phases(
+    pool: &PgPool,
+    scope: &str,
+    key: &str,
+) -> sqlx::Result<Vec<(String, String, i64)>> {
+    sqlx::query_as(RECORDED_PHASES)
+        .bind(scope)
+        .bind(key)
+        .fetch_all(pool)
+        .await
+}
+
+/// Completes a started key with a free lease under a new fencing token, so an attempt
+/// still running past its lease can record nothing more; or says why it did not.
+const RESOLVE: &str = "\
+WITH done AS (
+    UPDATE idem_keys
+       SET state = 'completed', response_status = $3, response_headers = $4,
+           response_body = $5, locked_until = NULL,
+           fencing_token = nextval('idem_attempts'), expires_at = now() + $6
+     WHERE scope = $1 AND idem_key = $2 AND state = 'started'
+       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+    RETURNING 1
+)
+SELECT EXISTS (SELECT FROM done),
+       (SELECT state FROM idem_keys WHERE scope = $1 AND idem_key = $2)";
+
+/// Resolves a started key with `response`, kept for `keep` from now.
+pub(crate) async fn resolve_key(
+    pool: &PgPool,
+    scope: &str,
+    key: &str,
+    response: &StoredResponse<'_>,
+    keep: std::time::Duration,
+) -> sqlx::Result<Resolved> {
+    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+    // The state is read in the statement's snapshot, from before the update.
+    let (done, state): (bool, Option<String>) = sqlx::query_as(RESOLVE)
+        .bind(scope)
+        .bind(key)
+        .bind(status)
+        .bind(response.headers)
+        .bind(response.body)
+        .bind(keep)
+        .fetch_one(pool)
+        .await?;
+    Ok(match (done, state.as_deref()) {
+        (true, _) => Resolved::Done,
+        (false, None) => Resolved::NotFound,
+        (false, Some("completed")) => Resolved::AlreadyCompleted,
+        (false, Some(_)) => Resolved::InLease,
+    })
 }
 
 #[cfg(test)]

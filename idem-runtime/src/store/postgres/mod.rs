@@ -14,7 +14,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::{
     AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
-    PhaseRecord, PhasedClaim, StoredResponse,
+    PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
 };
 use crate::Idem;
 use crate::fingerprint::Fingerprint;
@@ -60,22 +60,23 @@ SELECT true AS claimed, false AS expired, NULL::bytea AS request_hash, NULL::tex
        NULL::bytea AS response_headers, NULL::bytea AS response_body
   FROM ins
 UNION ALL
-SELECT false, k.expires_at <= now(), k.request_hash, k.method, k.path, k.state,
-       k.response_status, k.response_headers, k.response_body
+SELECT false, k.expires_at <= now() AND k.state = 'completed', k.request_hash, k.method,
+       k.path, k.state, k.response_status, k.response_headers, k.response_body
   FROM idem_keys k
  WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)"
 );
 
 const SELECT_EXISTING: &str = "\
-SELECT false, expires_at <= now(), request_hash, method, path, state,
+SELECT false, expires_at <= now() AND state = 'completed', request_hash, method, path, state,
        response_status, response_headers, response_body
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2";
 
-/// Takes over a key whose retention ended but which the expiry sweep has not deleted yet,
-/// unless a phased attempt still holds its lease. The new generation gets a fresh fencing
-/// token, so a phased attempt of the old generation can write nothing more, and the old
-/// generation's recorded phases go with it.
+/// Takes over a completed key whose retention ended but which the expiry sweep has not
+/// deleted yet. The new generation gets a fresh fencing token and the old generation's
+/// recorded phases go with it. A key still `started` is never reclaimed, however old: a
+/// phased key without a final answer may have moved money, and its retry must resume
+/// that operation with the same derived keys (see the phased claim).
 const RECLAIM_EXPIRED: &str = "\
 WITH t AS (SELECT nextval('idem_attempts') AS v),
 k AS (
@@ -85,8 +86,7 @@ k AS (
            response_headers = NULL, response_body = NULL, created_at = now(),
            expires_at = now() + $6, generation = t.v, fencing_token = t.v
       FROM t
-     WHERE scope = $1 AND idem_key = $2 AND expires_at <= now()
-       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+     WHERE scope = $1 AND idem_key = $2 AND expires_at <= now() AND state = 'completed'
     RETURNING 1
 ),
 gone AS (
@@ -331,6 +331,32 @@ impl Backend for Postgres {
         preview: usize,
     ) -> Result<Option<crate::KeyRecord>, sqlx::Error> {
         expiry::inspect_key(pool, scope, key, preview).await
+    }
+
+    async fn count_stranded(pool: &PgPool) -> Result<(u64, Option<i64>), sqlx::Error> {
+        expiry::count_stranded(pool).await
+    }
+
+    async fn stranded_keys(pool: &PgPool, limit: u32) -> Result<Vec<StrandedRow>, sqlx::Error> {
+        expiry::stranded_keys(pool, limit).await
+    }
+
+    async fn recorded_phases(
+        pool: &PgPool,
+        scope: &str,
+        key: &str,
+    ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+        expiry::recorded_phases(pool, scope, key).await
+    }
+
+    async fn resolve_key(
+        pool: &PgPool,
+        scope: &str,
+        key: &str,
+        response: &StoredResponse<'_>,
+        keep: Duration,
+    ) -> Result<Resolved, sqlx::Error> {
+        expiry::resolve_key(pool, scope, key, response, keep).await
     }
 }
 

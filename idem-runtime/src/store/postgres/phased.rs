@@ -36,7 +36,7 @@ SELECT true AS claimed, generation, fencing_token, false AS expired, false AS le
        NULL::bytea AS response_headers, NULL::bytea AS response_body
   FROM ins
 UNION ALL
-SELECT false, k.generation, k.fencing_token, k.expires_at <= now(),
+SELECT false, k.generation, k.fencing_token, k.expires_at <= now() AND k.state = 'completed',
        coalesce(k.locked_until <= clock_timestamp(), true), k.request_hash, k.method,
        k.path, k.state, k.response_status, k.response_headers, k.response_body
   FROM idem_keys k
@@ -44,14 +44,17 @@ SELECT false, k.generation, k.fencing_token, k.expires_at <= now(),
 );
 
 const SELECT_EXISTING: &str = "\
-SELECT false AS claimed, generation, fencing_token, expires_at <= now() AS expired,
+SELECT false AS claimed, generation, fencing_token,
+       expires_at <= now() AND state = 'completed' AS expired,
        coalesce(locked_until <= clock_timestamp(), true) AS lease_expired, request_hash,
        method, path, state, response_status, response_headers, response_body
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2";
 
-/// Starts a new generation on a key whose retention ended, unless an attempt still holds
-/// its lease. The old generation's phases go with it: they belong to another request.
+/// Starts a new generation on a completed key whose retention ended. The old
+/// generation's phases go with it: they belong to another request. A `started` key is
+/// never reclaimed: its retry takes the attempt over instead ([`TAKE_OVER`]), keeping its
+/// generation, so committed phases never run again and derived keys never change.
 const RECLAIM_EXPIRED: &str = "\
 WITH t AS (SELECT nextval('idem_attempts') AS v),
 k AS (
@@ -61,8 +64,7 @@ k AS (
            response_status = NULL, response_headers = NULL, response_body = NULL,
            created_at = now(), expires_at = now() + $6, generation = t.v, fencing_token = t.v
       FROM t
-     WHERE scope = $1 AND idem_key = $2 AND expires_at <= now()
-       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+     WHERE scope = $1 AND idem_key = $2 AND expires_at <= now() AND state = 'completed'
     RETURNING generation, fencing_token
 ),
 gone AS (
@@ -73,9 +75,14 @@ SELECT generation, fencing_token FROM k";
 /// Replaces the token of an attempt whose lease ran out. Of two retries racing here, the
 /// second waits for the first's row lock, then finds the token changed (or the lease
 /// live again) and matches nothing: exactly one wins.
+///
+/// A retry that comes after the retention resumes the same operation and gives the key
+/// a retention again (`$5` from now), so that its answer, once recorded, is kept for
+/// retries rather than deleted by the next sweep.
 const TAKE_OVER: &str = "\
 UPDATE idem_keys
-   SET fencing_token = nextval('idem_attempts'), locked_until = clock_timestamp() + $4
+   SET fencing_token = nextval('idem_attempts'), locked_until = clock_timestamp() + $4,
+       expires_at = greatest(expires_at, now() + $5)
  WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND fencing_token = $3
    AND (locked_until IS NULL OR locked_until <= clock_timestamp())
 RETURNING generation, fencing_token, recovery_point";
@@ -245,6 +252,7 @@ pub(super) async fn take_over(
         .bind(req.key)
         .bind(seen)
         .bind(lease)
+        .bind(req.retention)
         .fetch_optional(&mut *conn)
         .await?;
     let Some((generation, fencing_token, recovery_point)) = row else {

@@ -6,14 +6,24 @@
 use sqlx::{AssertSqlSafe, SqlitePool};
 
 use super::now;
-use crate::expiry::{AgeCounts, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount};
+use crate::expiry::{AgeCounts, IndexSize, KeyRecord, KeyStats, StateCount};
 use crate::migrate::MIGRATIONS_TABLE;
-use crate::store::{InspectRow, count, from_micros, key_record};
+use crate::store::{
+    InProgressRow, InspectRow, Resolved, StoredResponse, StrandedRow, count, in_progress_key,
+    key_record,
+};
 
-/// Which rows a sweep may delete: past their retention, and not in progress within a
-/// lease. Kept in one constant so the sweep, the dry run and `stats` cannot disagree.
-const DELETABLE: &str = concat!(
-    "expires_at <= ",
+/// Which rows a sweep may delete: completed, and past their retention. A key still
+/// `started` is never deleted, however old: in the phased form it may hold committed
+/// phases (money moved) with no final answer, and deleting it would let a late retry
+/// start the operation again with new derived keys. Such keys are left for an operator
+/// ([`STRANDED`]). Kept in one constant so the sweep, the dry run and `stats` cannot
+/// disagree.
+const DELETABLE: &str = concat!("state = 'completed' AND expires_at <= ", now!());
+
+/// Keys in progress past their retention with no live lease, left for an operator.
+pub(crate) const STRANDED: &str = concat!(
+    "state = 'started' AND expires_at <= ",
     now!(),
     " AND (locked_until IS NULL OR locked_until <= ",
     now!(),
@@ -94,20 +104,28 @@ fn state_counts() -> String {
        count(*) FILTER (WHERE created_at <= {now} - {day} AND created_at > {now} - {week}),
        count(*) FILTER (WHERE created_at <= {now} - {week}),
        count(*) FILTER (WHERE {DELETABLE}),
-       count(*) FILTER (WHERE locked_until > {now})
+       count(*) FILTER (WHERE locked_until > {now}),
+       count(*) FILTER (WHERE {STRANDED})
   FROM idem_keys
  GROUP BY state
  ORDER BY state"
     )
 }
 
-type StateRow = (String, i64, i64, i64, i64, i64, i64, i64);
+type StateRow = (String, i64, i64, i64, i64, i64, i64, i64, i64);
 
 const OLDEST_IN_PROGRESS: &str = "\
 SELECT scope, idem_key, recovery_point, created_at, locked_until
   FROM idem_keys WHERE state = 'started' ORDER BY created_at LIMIT 1";
 
-type InProgressRow = (String, String, String, i64, Option<i64>);
+const OLDEST_STRANDED: &str = concat!(
+    "SELECT scope, idem_key, recovery_point, created_at, locked_until
+  FROM idem_keys WHERE state = 'started' AND expires_at <= ",
+    now!(),
+    " AND (locked_until IS NULL OR locked_until <= ",
+    now!(),
+    ") ORDER BY created_at LIMIT 1"
+);
 
 /// Page bytes from the `dbstat` table (compiled into the bundled SQLite): the table's
 /// b-tree with its overflow pages (where large response bodies live), and each index.
@@ -127,10 +145,12 @@ pub(crate) async fn key_stats(pool: &SqlitePool) -> sqlx::Result<KeyStats> {
         .await?;
     let mut deletable = 0;
     let mut in_lease = 0;
+    let mut stranded = 0;
     let mut states = Vec::with_capacity(rows.len());
-    for (state, total, last_hour, last_day, last_week, older, expired, leased) in rows {
+    for (state, total, last_hour, last_day, last_week, older, expired, leased, unfinished) in rows {
         deletable += count(expired);
         in_lease += count(leased);
+        stranded += count(unfinished);
         states.push(StateCount {
             state,
             ages: AgeCounts {
@@ -145,23 +165,18 @@ pub(crate) async fn key_stats(pool: &SqlitePool) -> sqlx::Result<KeyStats> {
     let oldest: Option<InProgressRow> = sqlx::query_as(OLDEST_IN_PROGRESS)
         .fetch_optional(&mut *conn)
         .await?;
-    let oldest_in_progress =
-        oldest.map(
-            |(scope, key, recovery_point, created, locked)| InProgressKey {
-                scope,
-                key,
-                recovery_point,
-                created_at: from_micros(created),
-                locked_until: locked.map(from_micros),
-            },
-        );
+    let oldest_stranded: Option<InProgressRow> = sqlx::query_as(OLDEST_STRANDED)
+        .fetch_optional(&mut *conn)
+        .await?;
     let table_bytes: i64 = sqlx::query_scalar(TABLE_SIZE).fetch_one(&mut *conn).await?;
     let index_rows: Vec<(String, i64)> = sqlx::query_as(INDEX_SIZES).fetch_all(&mut *conn).await?;
     Ok(KeyStats {
         states,
         deletable,
         in_lease,
-        oldest_in_progress,
+        oldest_in_progress: oldest.map(in_progress_key),
+        stranded,
+        oldest_stranded: oldest_stranded.map(in_progress_key),
         table_bytes: count(table_bytes),
         indexes: index_rows
             .into_iter()
@@ -195,6 +210,102 @@ pub(crate) async fn inspect_key(
         .fetch_optional(pool)
         .await?;
     Ok(row.map(|row| key_record(scope, key, row)))
+}
+
+/// How many keys are stranded, and when the oldest was claimed.
+pub(crate) async fn count_stranded(pool: &SqlitePool) -> sqlx::Result<(u64, Option<i64>)> {
+    let sql = format!("SELECT count(*), min(created_at) FROM idem_keys WHERE {STRANDED}");
+    let (stranded, oldest): (i64, Option<i64>) =
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_one(pool).await?;
+    Ok((count(stranded), oldest))
+}
+
+const STRANDED_KEYS: &str = concat!(
+    "SELECT scope, idem_key, method, path, recovery_point, created_at, expires_at,
+       locked_until, generation
+  FROM idem_keys WHERE state = 'started' AND expires_at <= ",
+    now!(),
+    " AND (locked_until IS NULL OR locked_until <= ",
+    now!(),
+    ") ORDER BY created_at LIMIT $1"
+);
+
+/// Up to `limit` stranded keys, oldest first.
+pub(crate) async fn stranded_keys(pool: &SqlitePool, limit: u32) -> sqlx::Result<Vec<StrandedRow>> {
+    sqlx::query_as(STRANDED_KEYS)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await
+}
+
+const RECORDED_PHASES: &str = "\
+SELECT phase, output, recorded_at FROM idem_phases
+ WHERE scope = $1 AND idem_key = $2
+ ORDER BY recorded_at, phase";
+
+/// A key's recorded phases, in the order they committed.
+pub(crate) async fn recorded_phases(
+    pool: &SqlitePool,
+    scope: &str,
+    key: &str,
+) -> sqlx::Result<Vec<(String, String, i64)>> {
+    sqlx::query_as(RECORDED_PHASES)
+        .bind(scope)
+        .bind(key)
+        .fetch_all(pool)
+        .await
+}
+
+/// Completes a started key with a free lease; `$6` is a fresh fencing token, so an
+/// attempt still running past its lease can record nothing more.
+const RESOLVE: &str = concat!(
+    "UPDATE idem_keys
+   SET state = 'completed', response_status = $3, response_headers = $4, response_body = $5,
+       locked_until = NULL, fencing_token = $6, expires_at = ",
+    now!(),
+    " + $7
+ WHERE scope = $1 AND idem_key = $2 AND state = 'started'
+   AND (locked_until IS NULL OR locked_until <= ",
+    now!(),
+    ")"
+);
+
+const WHY_UNRESOLVED: &str = "SELECT state FROM idem_keys WHERE scope = $1 AND idem_key = $2";
+
+/// Resolves a started key with `response`, kept for `keep` from now.
+pub(crate) async fn resolve_key(
+    pool: &SqlitePool,
+    scope: &str,
+    key: &str,
+    response: &StoredResponse<'_>,
+    keep: std::time::Duration,
+) -> sqlx::Result<Resolved> {
+    let mut conn = pool.acquire().await?;
+    let token = super::next_attempt(&mut conn).await?;
+    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+    let done = sqlx::query(RESOLVE)
+        .bind(scope)
+        .bind(key)
+        .bind(status)
+        .bind(response.headers)
+        .bind(response.body)
+        .bind(token)
+        .bind(super::micros(keep))
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() == 1 {
+        return Ok(Resolved::Done);
+    }
+    let state: Option<String> = sqlx::query_scalar(WHY_UNRESOLVED)
+        .bind(scope)
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(match state.as_deref() {
+        None => Resolved::NotFound,
+        Some("completed") => Resolved::AlreadyCompleted,
+        Some(_) => Resolved::InLease,
+    })
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
 
 use super::{
     AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
-    PhaseRecord, PhasedClaim, StoredResponse,
+    PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
 };
 use crate::Idem;
 use crate::expiry::{KeyRecord, KeyStats};
@@ -52,12 +52,12 @@ ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING 1"
 );
 
-/// The row that holds a key, with whether its retention ended and whether its lease (of
-/// the phased form) is free.
+/// The row that holds a key, with whether it may be reclaimed (completed, and its
+/// retention ended) and whether its lease (of the phased form) is free.
 const SELECT_EXISTING: &str = concat!(
     "SELECT expires_at <= ",
     now!(),
-    " AS expired,
+    " AND state = 'completed' AS expired,
        coalesce(locked_until <= ",
     now!(),
     ", 1) AS lease_free,
@@ -66,9 +66,11 @@ const SELECT_EXISTING: &str = concat!(
  WHERE scope = $1 AND idem_key = $2"
 );
 
-/// Starts a new generation on a key whose retention ended but which the expiry sweep has
-/// not deleted yet, unless a phased attempt still holds its lease. `$7` is a fresh value
-/// of `idem_attempts`; `$8` the lease end, NULL for the single-transaction form.
+/// Starts a new generation on a completed key whose retention ended but which the expiry
+/// sweep has not deleted yet. `$7` is a fresh value of `idem_attempts`; `$8` the lease
+/// end, NULL for the single-transaction form. A `started` key is never reclaimed: a
+/// phased key without a final answer may have moved money, and its retry takes the
+/// attempt over instead, keeping its generation and so its derived keys.
 const RECLAIM_EXPIRED: &str = concat!(
     "UPDATE idem_keys
    SET request_hash = $3, method = $4, path = $5, state = 'started',
@@ -81,12 +83,9 @@ const RECLAIM_EXPIRED: &str = concat!(
        expires_at = ",
     now!(),
     " + $6, generation = $7, fencing_token = $7
- WHERE scope = $1 AND idem_key = $2 AND expires_at <= ",
+ WHERE scope = $1 AND idem_key = $2 AND state = 'completed' AND expires_at <= ",
     now!(),
     "
-   AND (locked_until IS NULL OR locked_until <= ",
-    now!(),
-    ")
 RETURNING generation, fencing_token"
 );
 
@@ -386,6 +385,32 @@ impl Backend for Sqlite {
         preview: usize,
     ) -> Result<Option<KeyRecord>, sqlx::Error> {
         expiry::inspect_key(pool, scope, key, preview).await
+    }
+
+    async fn count_stranded(pool: &SqlitePool) -> Result<(u64, Option<i64>), sqlx::Error> {
+        expiry::count_stranded(pool).await
+    }
+
+    async fn stranded_keys(pool: &SqlitePool, limit: u32) -> Result<Vec<StrandedRow>, sqlx::Error> {
+        expiry::stranded_keys(pool, limit).await
+    }
+
+    async fn recorded_phases(
+        pool: &SqlitePool,
+        scope: &str,
+        key: &str,
+    ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+        expiry::recorded_phases(pool, scope, key).await
+    }
+
+    async fn resolve_key(
+        pool: &SqlitePool,
+        scope: &str,
+        key: &str,
+        response: &StoredResponse<'_>,
+        keep: Duration,
+    ) -> Result<Resolved, sqlx::Error> {
+        expiry::resolve_key(pool, scope, key, response, keep).await
     }
 }
 

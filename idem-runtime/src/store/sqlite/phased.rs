@@ -37,7 +37,7 @@ RETURNING generation, fencing_token"
 const SELECT_EXISTING: &str = concat!(
     "SELECT fencing_token, expires_at <= ",
     now!(),
-    " AS expired,
+    " AND state = 'completed' AS expired,
        coalesce(locked_until <= ",
     now!(),
     ", 1) AS lease_expired, request_hash,
@@ -48,11 +48,15 @@ const SELECT_EXISTING: &str = concat!(
 
 /// Replaces the token of an attempt whose lease ran out; `$4` is the new token. Holding
 /// the write lock, exactly one retry gets here first; the others find the token changed.
+/// A retry after the retention resumes the same operation and gives the key a retention
+/// again (`$6` from now), so its answer is kept for retries once recorded.
 const TAKE_OVER: &str = concat!(
     "UPDATE idem_keys
    SET fencing_token = $4, locked_until = ",
     now!(),
-    " + $5
+    " + $5, expires_at = max(expires_at, ",
+    now!(),
+    " + $6)
  WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND fencing_token = $3
    AND (locked_until IS NULL OR locked_until <= ",
     now!(),
@@ -158,8 +162,8 @@ pub(super) async fn claim(
         // The write lock is held: the row that made the insert conflict is still there.
         return Ok(PhasedClaim::Vanished);
     };
-    if row.expired && row.lease_expired {
-        // Past its retention with no live attempt: a new request starts over on it.
+    if row.expired {
+        // Completed and past its retention: a new request starts over on it.
         if let Some((generation, token)) = reclaim_expired(conn, req, Some(lease)).await? {
             return Ok(PhasedClaim::Claimed(fresh(generation, token)));
         }
@@ -192,6 +196,7 @@ pub(super) async fn take_over(
         .bind(seen)
         .bind(token)
         .bind(micros(lease))
+        .bind(micros(req.retention))
         .fetch_optional(&mut *conn)
         .await?;
     let Some((generation, fencing_token, recovery_point)) = row else {
