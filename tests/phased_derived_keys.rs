@@ -157,9 +157,9 @@ async fn keys_are_stable_across_replays_and_takeovers() {
     replayed.assert_replay_of(&resumed);
 }
 
-/// A key reused after its retention is a new operation: it must not reach the provider
-/// with the old operation's keys. While an attempt still holds the lease, it is not
-/// reclaimed, even past its retention.
+/// A completed key reused after its retention is a new operation: it must not reach the
+/// provider with the old operation's keys. A key in progress is never reclaimed, even
+/// past its retention.
 #[actix_web::test]
 async fn a_key_reused_after_its_retention_gets_new_keys() {
     let env = Env::new().await;
@@ -182,7 +182,8 @@ async fn a_key_reused_after_its_retention_gets_new_keys() {
         .expect("count phases");
     assert_eq!(phases, 1, "the old generation's phases are gone");
 
-    // Past retention but leased: neither form may reclaim it.
+    // Past retention but in progress: neither form may reclaim it. The same request
+    // waits for the lease; another endpoint's request is told the key is someone else's.
     sqlx::query(
         "UPDATE idem_keys SET state = 'started', expires_at = now() - interval '1 second', \
          locked_until = clock_timestamp() + interval '1 minute'",
@@ -200,5 +201,5 @@ async fn a_key_reused_after_its_retention_gets_new_keys() {
         &support::order_json("tea", 1, 100),
     ))
     .await
-    .assert_idem_problem(409, "request-in-progress");
+    .assert_idem_problem(422, "idempotency-key-reused");
 }
