@@ -15,11 +15,13 @@
 //!     item: String,
 //! }
 //!
-//! // Keys are scoped by the account in the path: one account's key never touches another's.
-//! #[post("/accounts/{account}/orders")]
+//! // Keys are scoped by the authenticated caller, which the application's authentication
+//! // middleware put in the request's extensions: one account's key never touches
+//! // another's, and a stored answer is replayed only to the account that made it.
+//! #[post("/orders")]
 //! #[idempotent(scope = account, retention = "24h")]
 //! async fn create_order(
-//!     account: web::Path<i64>,
+//!     account: web::ReqData<i64>,
 //!     tx: idem::Tx,
 //!     body: web::Json<NewOrder>,
 //! ) -> actix_web::Result<HttpResponse> {
@@ -32,7 +34,7 @@
 //!     .await
 //!     .map_err(actix_web::error::ErrorInternalServerError)?;
 //!     Ok(HttpResponse::Created()
-//!         .insert_header(("Location", format!("/accounts/{account}/orders/{id}")))
+//!         .insert_header(("Location", format!("/orders/{id}")))
 //!         .json(serde_json::json!({ "id": id, "item": body.item })))
 //! }
 //!
@@ -148,10 +150,10 @@
 //! use actix_web::{HttpResponse, error::ErrorInternalServerError, post, web};
 //! use idem::idempotent;
 //!
-//! #[post("/accounts/{account}/payments")]
+//! #[post("/payments")]
 //! #[idempotent(scope = account, retention = "24h", lease = "30s")]
 //! async fn create_payment(
-//!     account: web::Path<i64>,
+//!     account: web::ReqData<i64>,
 //!     phases: idem::Phases,
 //! ) -> actix_web::Result<HttpResponse> {
 //!     let id: i64 = phases
@@ -197,7 +199,7 @@ pub use idem_runtime::{
 pub use idem_runtime::{
     Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
     IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, MIGRATIONS_TABLE, Policy, ScopeKey, Tx,
-    migrate, policies, problem,
+    UnverifiedScope, migrate, policies, problem,
 };
 pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,

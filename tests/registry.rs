@@ -8,8 +8,8 @@ use actix_web::{HttpResponse, put, web};
 /// visible to it, so the registry knows the handler by name only.
 #[put("/test/things/{id}")]
 #[idem::idempotent(scope = id, retention = "7d")]
-async fn put_thing(id: web::Path<i64>) -> HttpResponse {
-    HttpResponse::Ok().body(id.to_string())
+async fn put_thing(id: idem::UnverifiedScope<web::Path<i64>>) -> HttpResponse {
+    HttpResponse::Ok().body(id.into_inner().to_string())
 }
 
 #[test]

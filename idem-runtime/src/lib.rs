@@ -45,7 +45,7 @@ pub use outbox::{Message, Relay, RelayHandle};
 pub use phased::{Lease, MAX_PHASE_NAME_LEN, PhaseError, PhaseErrorKind, Phases};
 pub use policy::Policy;
 pub use registry::policies;
-pub use scope::ScopeKey;
+pub use scope::{ScopeKey, UnverifiedScope};
 pub use store::{Backend, DefaultBackend};
 pub use stranded::{
     RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, stranded_keys,

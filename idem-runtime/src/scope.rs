@@ -32,7 +32,8 @@ use std::sync::Arc;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot scope idempotency keys",
     label = "the `scope` parameter's type must implement `idem::ScopeKey`",
-    note = "implement `idem::ScopeKey` for `{Self}`, returning the caller's id as text"
+    note = "implement `idem::ScopeKey` for `{Self}`, returning the caller's id as text",
+    note = "scope by an authenticated caller; for a path or query value authorized before idem runs, write `idem::UnverifiedScope<{Self}>`"
 )]
 pub trait ScopeKey {
     /// The caller's identity as text; stored beside each key.
@@ -99,9 +100,78 @@ impl<T: ScopeKey + Clone + 'static> ScopeKey for actix_web::web::ReqData<T> {
     }
 }
 
-/// Path parameters identify the caller in routes like `/accounts/{id}/orders`.
-impl<T: ScopeKey> ScopeKey for actix_web::web::Path<T> {
+/// A scope taken from input the caller chooses (the path, the query string), spelled out
+/// where the handler names it.
+///
+/// The scope decides whose stored answers a request may see: a replay goes to any
+/// request with the same scope, key and body. Scoped by an authenticated caller (an
+/// extractor that verifies a session or token, or `web::ReqData<T>` set by
+/// authentication middleware), a key can only ever answer the caller who made it. Scoped
+/// by `/accounts/{id}/..` alone, anyone who knows another account's key and body gets
+/// that account's stored answer, even when the handler checks authorization in its body
+/// (the replay never runs the body), and can squat the key with a `403` that is then
+/// replayed to its owner. So `web::Path` and `web::Query` do not scope keys by
+/// themselves: wrap them in `UnverifiedScope` only when authorization happens before
+/// idem runs (in middleware, or in an extractor declared before the scope), and say so
+/// next to it.
+///
+/// ```
+/// use actix_web::{HttpResponse, web};
+/// use idem_runtime::{ScopeKey, UnverifiedScope};
+///
+/// // Authentication middleware in front of this route checked that the caller may
+/// // act for the account in the path.
+/// async fn create(account: UnverifiedScope<web::Path<i64>>) -> HttpResponse {
+///     HttpResponse::Created().body(format!("for {}", **account))
+/// }
+/// # let _ = create;
+/// # fn scope(s: &UnverifiedScope<web::Path<i64>>) -> String { s.scope_key().into_owned() }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnverifiedScope<T>(pub T);
+
+impl<T> UnverifiedScope<T> {
+    /// The extractor inside.
+    ///
+    /// ```
+    /// let scope = idem_runtime::UnverifiedScope(7_i64);
+    /// assert_eq!(scope.into_inner(), 7);
+    /// ```
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for UnverifiedScope<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: actix_web::FromRequest> actix_web::FromRequest for UnverifiedScope<T> {
+    type Error = T::Error;
+    type Future = futures_util::future::MapOk<T::Future, fn(T) -> Self>;
+
+    fn from_request(
+        req: &actix_web::HttpRequest,
+        payload: &mut actix_web::dev::Payload,
+    ) -> Self::Future {
+        futures_util::TryFutureExt::map_ok(T::from_request(req, payload), Self as fn(T) -> Self)
+    }
+}
+
+/// Path parameters, in routes like `/accounts/{id}/orders` behind authorization.
+impl<T: ScopeKey> ScopeKey for UnverifiedScope<actix_web::web::Path<T>> {
     fn scope_key(&self) -> Cow<'_, str> {
-        (**self).scope_key()
+        (*self.0).scope_key()
+    }
+}
+
+/// A query parameter, behind authorization.
+impl<T: ScopeKey> ScopeKey for UnverifiedScope<actix_web::web::Query<T>> {
+    fn scope_key(&self) -> Cow<'_, str> {
+        (*self.0).scope_key()
     }
 }

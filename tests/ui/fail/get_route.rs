@@ -1,6 +1,6 @@
 #[idem::idempotent(scope = account)]
 #[actix_web::get("/accounts/{account}/orders")]
-async fn list_orders(account: actix_web::web::Path<i64>) -> &'static str {
+async fn list_orders(account: actix_web::web::ReqData<i64>) -> &'static str {
     "orders"
 }
 

@@ -1,6 +1,6 @@
 #[idem::idempotent(scope = account)]
 #[actix_web::post("/accounts/{account}/orders")]
-fn create_order(account: actix_web::web::Path<i64>) -> &'static str {
+fn create_order(account: actix_web::web::ReqData<i64>) -> &'static str {
     "created"
 }
 

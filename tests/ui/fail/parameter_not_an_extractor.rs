@@ -2,7 +2,7 @@ struct Clock;
 
 #[actix_web::post("/accounts/{account}/orders")]
 #[idem::idempotent(scope = account)]
-async fn create_order(account: actix_web::web::Path<i64>, _clock: Clock) -> &'static str {
+async fn create_order(account: actix_web::web::ReqData<i64>, _clock: Clock) -> &'static str {
     let _ = account;
     "created"
 }

@@ -6,7 +6,7 @@ struct Charge {
 #[actix_web::post("/accounts/{account}/payments")]
 #[idem::idempotent(scope = account, lease = "30s")]
 async fn create_payment(
-    account: actix_web::web::Path<i64>,
+    account: actix_web::web::ReqData<i64>,
     phases: idem::Phases,
 ) -> actix_web::Result<String> {
     let _ = account;

@@ -2,7 +2,7 @@ struct Order;
 
 #[actix_web::post("/accounts/{account}/orders")]
 #[idem::idempotent(scope = account)]
-async fn create_order(account: actix_web::web::Path<i64>) -> Order {
+async fn create_order(account: actix_web::web::ReqData<i64>) -> Order {
     let _ = account;
     Order
 }

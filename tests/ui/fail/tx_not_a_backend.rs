@@ -4,7 +4,7 @@ use idem::idempotent;
 
 #[post("/orders")]
 #[idempotent(scope = account)]
-async fn create_order(account: web::Path<i64>, tx: idem::Tx<'_, String>) -> HttpResponse {
+async fn create_order(account: web::ReqData<i64>, tx: idem::Tx<'_, String>) -> HttpResponse {
     let _ = (account, tx);
     HttpResponse::Created().finish()
 }

@@ -1,6 +1,6 @@
 #[actix_web::post("/accounts/{account}/orders")]
 #[idem::idempotent(scope = account, retension = "24h")]
-async fn create_order(account: actix_web::web::Path<i64>) -> &'static str {
+async fn create_order(account: actix_web::web::ReqData<i64>) -> &'static str {
     "created"
 }
 

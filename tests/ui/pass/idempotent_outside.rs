@@ -1,13 +1,17 @@
 // `#[idempotent]` outside `#[post]`, other attributes kept, an `impl Responder` return,
-// a path parameter as the scope, no transaction parameter, and a longer retention.
+// a path parameter as the scope (authorized before idem runs, hence `UnverifiedScope`), no
+// transaction parameter, and a longer retention.
 use actix_web::{App, Responder, post, web};
 
 /// Docs stay on the registered handler.
 #[idem::idempotent(scope = account, retention = "7d")]
 #[post("/accounts/{account}/pings")]
 #[must_use = "kept on the user's function"]
-async fn ping(account: web::Path<u64>, query: web::Query<Vec<(String, String)>>) -> impl Responder {
-    format!("{} {}", account.into_inner(), query.len())
+async fn ping(
+    account: idem::UnverifiedScope<web::Path<u64>>,
+    query: web::Query<Vec<(String, String)>>,
+) -> impl Responder {
+    format!("{} {}", account.into_inner().into_inner(), query.len())
 }
 
 /// A helper taking the connection accepts `&mut tx`.
@@ -17,9 +21,13 @@ async fn audit(conn: &mut sqlx::PgConnection) -> sqlx::Result<()> {
 
 #[idem::idempotent(scope = key)]
 #[actix_web::put("/things/{key}")]
-async fn put_thing(key: web::Path<String>, tx: idem::Tx<'_>, body: String) -> actix_web::HttpResponse {
+async fn put_thing(
+    key: idem::UnverifiedScope<web::Path<String>>,
+    tx: idem::Tx<'_>,
+    body: String,
+) -> actix_web::HttpResponse {
     let _ = audit(&mut tx).await;
-    actix_web::HttpResponse::Ok().body(format!("{key}:{body}"))
+    actix_web::HttpResponse::Ok().body(format!("{}:{body}", **key))
 }
 
 fn main() {

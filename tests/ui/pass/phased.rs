@@ -11,7 +11,7 @@ struct Payment {
 #[post("/accounts/{account}/payments")]
 #[idempotent(scope = account, retention = "24h", lease = "30s")]
 async fn create_payment(
-    account: web::Path<i64>,
+    account: web::ReqData<i64>,
     phases: idem::Phases,
     body: web::Json<serde_json::Value>,
 ) -> actix_web::Result<HttpResponse> {

@@ -6,7 +6,7 @@ use idem::idempotent;
 #[post("/orders")]
 #[idempotent(scope = account, retention = "24h")]
 async fn create_order(
-    account: web::Path<i64>,
+    account: web::ReqData<i64>,
     tx: idem::Tx<'_, sqlx::Sqlite>,
     body: web::Json<serde_json::Value>,
 ) -> actix_web::Result<HttpResponse> {
@@ -22,7 +22,7 @@ async fn create_order(
 #[idempotent(scope = account, retention = "24h", lease = "30s")]
 #[post("/payments")]
 async fn create_payment(
-    account: web::Path<i64>,
+    account: web::ReqData<i64>,
     phases: idem::Phases<sqlx::Sqlite>,
 ) -> actix_web::Result<HttpResponse> {
     let id: i64 = phases
@@ -41,7 +41,7 @@ async fn create_payment(
 // generic handlers.
 #[idempotent(scope = account, retention = "24h")]
 async fn touch<DB: idem::Backend>(
-    account: web::Path<i64>,
+    account: web::ReqData<i64>,
     tx: idem::Tx<'_, DB>,
 ) -> HttpResponse {
     let _ = (&*account, &mut *tx);

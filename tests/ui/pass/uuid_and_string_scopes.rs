@@ -1,15 +1,16 @@
-// Integer, UUID and string caller ids all scope keys.
+// Integer, UUID and string caller ids all scope keys: from authentication middleware
+// (`ReqData`), or from the path when it was authorized before idem runs.
 use actix_web::{App, HttpResponse, delete, patch, web};
 
 #[patch("/by-uuid/{id}")]
 #[idem::idempotent(scope = id)]
-async fn by_uuid(id: web::Path<uuid::Uuid>, _tx: idem::Tx) -> HttpResponse {
+async fn by_uuid(id: web::ReqData<uuid::Uuid>, _tx: idem::Tx) -> HttpResponse {
     HttpResponse::NoContent().finish()
 }
 
 #[delete("/by-name/{name}")]
 #[idem::idempotent(scope = name)]
-async fn by_name(name: web::Path<String>) -> HttpResponse {
+async fn by_name(name: idem::UnverifiedScope<web::Path<String>>) -> HttpResponse {
     HttpResponse::NoContent().finish()
 }
 

@@ -1,0 +1,11 @@
+// A path parameter names the account but proves nothing: it does not scope keys.
+use actix_web::{HttpResponse, post, web};
+
+#[post("/accounts/{account}/orders")]
+#[idem::idempotent(scope = account)]
+async fn create_order(account: web::Path<i64>, tx: idem::Tx) -> HttpResponse {
+    let _ = (account, tx);
+    HttpResponse::Created().finish()
+}
+
+fn main() {}
