@@ -19,7 +19,8 @@
 //! | 500 | `#transaction-aborted` | the handler answered 2xx or 3xx although one of its statements failed, so its writes were lost; rolled back |
 //! | 500 | `#stored-response-unreadable` | the stored response does not decrypt (altered, or sealed by a key no longer configured); not replayed |
 //! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
-//! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed; `Retry-After: 1` |
+//! | 503 | `#storage-busy` | SQLite: another request (for another key) held the database's write lock past [`Idem::claim_wait`](crate::Idem::claim_wait); nothing was saved; `Retry-After: 1` |
+//! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed, or, when a COMMIT went unanswered, the outcome is unknown and the detail says so; `Retry-After: 1` |
 //!
 //! In the phased form "nothing was committed" means the failed phase and the response:
 //! phases that committed before the failure stay recorded, and a retry with the same key
@@ -56,8 +57,19 @@
 //! altered, or sealed by a key that is no longer in the keyring. It is never replayed.
 //! # not-configured
 //! The application did not register `idem::Idem` in its app data.
+//! # storage-busy
+//! The database lets one writer in at a time (SQLite) and was busy with other requests
+//! for longer than the server waits. Nothing was saved; retry with the same key after
+//! the `Retry-After` delay. This says nothing about the key: another request with it is
+//! answered `request-in-progress` instead.
 //! # storage-unavailable
-//! The key store could not be reached or answered with an error.
+//! The key store could not be reached or answered with an error. Mostly nothing was
+//! saved, and the detail says so. When the database refused the final COMMIT (a deferred
+//! constraint, say), it rolled everything back: nothing was saved either. When the COMMIT
+//! was sent but its answer never came (the connection broke), idem cannot know whether
+//! it took effect; the detail says the request may or may not have been saved. Either way
+//! a retry with the same key is safe: it replays the outcome if it was saved, and runs
+//! the request if it was not.
 
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
@@ -109,6 +121,8 @@ pub enum ProblemKind {
     NotConfigured,
     /// 503: the key store failed.
     StorageUnavailable,
+    /// 503: SQLite's one write lock stayed with other requests past the claim wait.
+    StorageBusy,
 }
 
 impl ProblemKind {
@@ -129,6 +143,7 @@ impl ProblemKind {
             Self::StoredResponseUnreadable => "stored-response-unreadable",
             Self::NotConfigured => "not-configured",
             Self::StorageUnavailable => "storage-unavailable",
+            Self::StorageBusy => "storage-busy",
         }
     }
 
@@ -151,7 +166,7 @@ impl ProblemKind {
             | Self::TransactionAborted
             | Self::StoredResponseUnreadable
             | Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StorageUnavailable | Self::StorageBusy => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -171,6 +186,7 @@ impl ProblemKind {
             Self::StoredResponseUnreadable => "Stored response cannot be decrypted",
             Self::NotConfigured => "Idempotency is not configured",
             Self::StorageUnavailable => "Idempotency key store unavailable",
+            Self::StorageBusy => "Database busy with other requests",
         }
     }
 
@@ -196,7 +212,10 @@ impl ProblemKind {
         }
         let mut response = HttpResponse::build(self.status());
         response.insert_header((CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
-        if matches!(self, Self::InProgress | Self::StorageUnavailable) {
+        if matches!(
+            self,
+            Self::InProgress | Self::StorageUnavailable | Self::StorageBusy
+        ) {
             response.insert_header((RETRY_AFTER, HeaderValue::from_static("1")));
         }
         response.body(body.to_string())
