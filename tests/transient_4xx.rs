@@ -6,6 +6,7 @@ mod support;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -124,9 +125,69 @@ async fn a_stored_422_or_404_still_replays_with_its_retry_after<DB: TestBackend>
     assert_eq!((env.orders().await, env.keys().await), (2, 2));
 }
 
+/// The phased form: a phase commits, then the handler answers from the script.
+#[idem::idempotent(scope = account, lease = "30s")]
+async fn phased<DB: TestBackend>(
+    account: Account,
+    phases: idem::Phases<DB>,
+    script: web::Data<Script>,
+    runs: web::Data<AtomicUsize>,
+) -> Result<HttpResponse, idem::PhaseError> {
+    let _ = account;
+    phases
+        .run("first", async |_tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, idem::PhaseError>(())
+        })
+        .await?;
+    let next = script.0.lock().expect("not poisoned").pop_front();
+    Ok(match next {
+        Some(status) => HttpResponse::build(StatusCode::from_u16(status).expect("a status"))
+            .body(format!("answered {status}")),
+        None => HttpResponse::Created().body("created"),
+    })
+}
+
+async fn a_phased_429_keeps_its_phases_and_frees_the_lease<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
+    let script = web::Data::new(Script(Mutex::new([429].into_iter().collect())));
+    let runs = web::Data::new(AtomicUsize::new(0));
+    let app = {
+        let (script, runs) = (script.clone(), runs.clone());
+        support::service_with(&env.idem(), move |cfg| {
+            cfg.app_data(script)
+                .app_data(runs)
+                .route("/test/phased", web::post().to(phased::<DB>));
+        })
+        .await
+    };
+    let request = || post("/test/phased", ALICE, "p", "{}");
+
+    let throttled = app.call(request()).await;
+    assert_eq!(throttled.status, 429);
+    // Not the key's outcome: still in progress at its committed phase, the lease free,
+    // so the retry takes over at once (no waiting out the 30 s lease).
+    let (state, point, _, leased) = DB::key_state(&env.pool, "p").await;
+    assert_eq!(
+        (state.as_str(), point.as_str(), leased),
+        ("started", "first", false)
+    );
+
+    let retry = app.call(request()).await;
+    assert_eq!((retry.status, &retry.body[..]), (201, &b"created"[..]));
+    assert!(!retry.replayed());
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the committed phase ran once"
+    );
+    app.call(request()).await.assert_replay_of(&retry);
+}
+
 support::backend_tests!(
     a_429_rolls_back_and_the_retry_runs,
     every_default_transient_status_rolls_back,
     transient_statuses_are_configurable,
     a_stored_422_or_404_still_replays_with_its_retry_after,
+    a_phased_429_keeps_its_phases_and_frees_the_lease,
 );
