@@ -621,6 +621,31 @@ mod tests {
     use super::*;
     use actix_web::http::header;
 
+    /// The database refused the COMMIT: rolled back. Its answer was lost: unknown.
+    #[test]
+    fn a_failed_commit_says_what_is_known_of_its_outcome() {
+        use crate::store::DefaultBackend;
+
+        let detail = |response: HttpResponse| {
+            let body = body::to_bytes(response.into_body())
+                .now_or_never()
+                .expect("a buffered body")
+                .expect("readable");
+            let value: Value = serde_json::from_slice(&body).expect("JSON");
+            value["detail"].as_str().expect("a detail").to_owned()
+        };
+        let lost = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        let unknown = detail(commit_failed::<DefaultBackend>(&lost));
+        assert!(
+            unknown.contains("may or may not have been saved"),
+            "{unknown}"
+        );
+        assert!(
+            unknown.contains("same Idempotency-Key is safe"),
+            "{unknown}"
+        );
+    }
+
     #[test]
     fn headers_round_trip_in_order_with_repeats() {
         let mut headers = HeaderMap::new();
