@@ -116,8 +116,37 @@ async fn a_replay_is_answered_while_another_request_holds_the_write_lock<DB: Tes
     assert_eq!(env.orders_of(BOB).await, 1);
 }
 
+async fn sixteen_unique_keys_at_once_never_hear_of_another_key<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
+    // Short: on SQLite some of them outwait it, which is what this test is about.
+    let idem = env.idem().claim_wait(Duration::from_millis(20));
+    let app = support::service(&idem).await;
+    let replies = futures_util::future::join_all((0..16).map(|i| {
+        app.call(post(
+            "/orders?delay_ms=50",
+            ALICE,
+            &format!("unique-{i}"),
+            &tea(),
+        ))
+    }))
+    .await;
+    let mut created = 0;
+    for reply in &replies {
+        if reply.status == 201 {
+            reply.assert_created();
+            created += 1;
+        } else {
+            reply.assert_idem_problem(503, "storage-busy");
+        }
+    }
+    assert!(created >= 1);
+    assert_eq!(env.orders().await, created);
+    assert_eq!(env.keys().await, created);
+}
+
 support::backend_tests!(
     another_account_with_its_own_key_is_never_told_of_the_held_key,
     another_account_waits_for_the_lock_then_runs,
     a_replay_is_answered_while_another_request_holds_the_write_lock,
+    sixteen_unique_keys_at_once_never_hear_of_another_key,
 );
