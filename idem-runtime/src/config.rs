@@ -17,6 +17,10 @@ use crate::store::{Backend, DefaultBackend};
 /// Cloning is cheap (the pool and settings are shared). The pool decides the backend:
 /// a `PgPool` keeps keys in PostgreSQL, a `SqlitePool` in SQLite.
 ///
+/// On PostgreSQL every transaction idem opens (and so every handler's statements) runs
+/// at READ COMMITTED, whatever `default_transaction_isolation` the server or the pool's
+/// connections set: the claim needs it to tell a duplicate from a conflict.
+///
 /// ```
 /// use actix_web::App;
 /// use std::time::Duration;
