@@ -219,11 +219,8 @@ impl<DB: Backend> Prepared<DB> {
         };
         // Declared after `txn`, so dropped before it; the key is announced as held until
         // idem's transaction ended (or, when dropped, its rollback is queued).
-        let _held;
-        match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
-            Ok(Claim::Claimed) => {
-                _held = DB::ONE_WRITER.then(|| self.idem.in_flight().hold(&claim))
-            }
+        let _held = match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
+            Ok(Claim::Claimed) => DB::ONE_WRITER.then(|| self.idem.in_flight().hold(&claim)),
             Ok(Claim::Existing(existing)) => {
                 // Nothing was written. Dropping the transaction queues its ROLLBACK, which
                 // sqlx sends with the ping it makes when the connection returns to the
@@ -237,7 +234,7 @@ impl<DB: Backend> Prepared<DB> {
             Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
             Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
-        }
+        };
 
         let response = match AssertUnwindSafe(handler(Tx::new(&mut *txn)))
             .catch_unwind()
