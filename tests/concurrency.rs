@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use support::{ALICE, Env, Reply, TestApp, TestBackend, order_json, post_order};
@@ -79,30 +79,16 @@ async fn twenty_overlapping_requests_wait_for_the_first_and_replay_it<DB: TestBa
     // (SQLite's busy handler, up to 100 ms between tries): 5 s leaves every one of them
     // time to get its turn on a loaded machine. PostgreSQL needs only the 300 ms.
     let app = support::service(&env.idem().claim_wait(Duration::from_secs(5))).await;
-    let started = Instant::now();
     let (replays, conflicts) = twenty_at_once(&env, &app, "/orders?delay_ms=300").await;
-    let elapsed = started.elapsed();
     // The first holds its key for 300 ms, well within the claim wait, so every duplicate
-    // waits for it and replays its answer instead of getting a 409...
+    // waits for it and replays its answer instead of getting a 409.
     assert_eq!((replays, conflicts), (PARALLEL - 1, 0));
-    // ...and they waited side by side, not one after another.
-    assert!(
-        elapsed >= Duration::from_millis(300),
-        "the handler slept: {elapsed:?}"
-    );
-    // Queued one behind another they would take 19 x 300 ms; the bound leaves room for
-    // a loaded CI machine.
-    assert!(
-        elapsed < Duration::from_secs(4),
-        "duplicates did not queue: {elapsed:?}"
-    );
 }
 
 async fn duplicates_that_wait_less_than_the_first_runs_get_409<DB: TestBackend>() {
     let env = Env::<DB>::open().await;
     let idem = env.idem().claim_wait(Duration::from_millis(50));
     let app = support::service(&idem).await;
-    let started = Instant::now();
     let (replays, conflicts) = twenty_at_once(&env, &app, "/orders?delay_ms=300").await;
     // Each duplicate that overlaps the first gives up 50 ms into its 300 ms. On a loaded
     // machine a duplicate may only reach its claim after the first committed; that one
@@ -112,8 +98,6 @@ async fn duplicates_that_wait_less_than_the_first_runs_get_409<DB: TestBackend>(
         conflicts >= 1,
         "no duplicate overlapped the first: {replays} replays"
     );
-    // Queued one behind another they would take 19 x 300 ms.
-    assert!(started.elapsed() < Duration::from_secs(4));
 }
 
 support::backend_tests!(

@@ -81,7 +81,12 @@ async fn app(env: &Env) -> TestApp {
         .execute(&env.pool)
         .await
         .expect("create table");
-    support::service_with(&env.idem(), |cfg| {
+    // Here a 409 is the final "name taken", not the default's transient "try again".
+    let idem = env.idem().transient_statuses([
+        actix_web::http::StatusCode::REQUEST_TIMEOUT,
+        actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+    ]);
+    support::service_with(&idem, |cfg| {
         cfg.service(lock_timeout)
             .service(claim_name)
             .service(end_transaction)

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::HttpRequest;
+use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName};
 use actix_web::web;
 use sqlx::Pool;
@@ -15,6 +16,10 @@ use crate::store::{Backend, DefaultBackend};
 ///
 /// Cloning is cheap (the pool and settings are shared). The pool decides the backend:
 /// a `PgPool` keeps keys in PostgreSQL, a `SqlitePool` in SQLite.
+///
+/// On PostgreSQL every transaction idem opens (and so every handler's statements) runs
+/// at READ COMMITTED, whatever `default_transaction_isolation` the server or the pool's
+/// connections set: the claim needs it to tell a duplicate from a conflict.
 ///
 /// ```
 /// use actix_web::App;
@@ -30,6 +35,8 @@ use crate::store::{Backend, DefaultBackend};
 pub struct Idem<DB: Backend = DefaultBackend> {
     pool: Pool<DB>,
     settings: Arc<Settings>,
+    /// Shared by clones, so every handler of the application sees the same keys.
+    in_flight: Arc<crate::flow::InFlight>,
 }
 
 /// Shared by clones; changed copy-on-write by the builder methods.
@@ -39,6 +46,7 @@ struct Settings {
     max_request_bytes: usize,
     max_stored_bytes: usize,
     replay_headers: Vec<HeaderName>,
+    transient_statuses: Vec<StatusCode>,
     keyring: crate::encryption::Slot,
     begin_sql: Arc<str>,
 }
@@ -59,8 +67,9 @@ impl<DB: Backend> Idem<DB> {
     ///
     /// Defaults: a duplicate waits at most 1 s for the request holding its key
     /// ([`claim_wait`](Self::claim_wait)), request bodies up to 2 MiB, stored
-    /// responses up to 4 MiB, and `Location`, `Content-Type`, `Content-Location`,
-    /// `ETag` and `Last-Modified` replayed.
+    /// responses up to 4 MiB, `Location`, `Content-Type`, `Content-Location`, `ETag`,
+    /// `Last-Modified` and `Retry-After` replayed, and 408, 409, 423, 425 and 429
+    /// answers of the handler not stored ([`transient_statuses`](Self::transient_statuses)).
     ///
     /// ```
     /// # fn f(pool: sqlx::SqlitePool) {
@@ -81,10 +90,20 @@ impl<DB: Backend> Idem<DB> {
                     header::CONTENT_LOCATION,
                     header::ETAG,
                     header::LAST_MODIFIED,
+                    header::RETRY_AFTER,
+                ],
+                transient_statuses: vec![
+                    StatusCode::REQUEST_TIMEOUT,
+                    StatusCode::CONFLICT,
+                    StatusCode::LOCKED,
+                    // 425 Too Early (RFC 8470), which `http` has no constant for.
+                    StatusCode::from_u16(425).expect("425 is a status code"),
+                    StatusCode::TOO_MANY_REQUESTS,
                 ],
                 keyring: Default::default(),
                 begin_sql: DB::begin_sql(claim_wait).into(),
             }),
+            in_flight: Default::default(),
         }
     }
 
@@ -95,9 +114,12 @@ impl<DB: Backend> Idem<DB> {
     /// you expect at once. When the first request commits within this time, the
     /// duplicate replays its response instead of getting a 409.
     ///
-    /// On SQLite, which lets one writer at a time into the database, this is the busy
-    /// timeout of every request's `BEGIN IMMEDIATE`: any request (a duplicate or not)
-    /// that cannot start writing within it is answered 409 with `Retry-After: 1`.
+    /// On SQLite, which lets one writer at a time into the database, this is also the
+    /// busy timeout of the `BEGIN IMMEDIATE` of a request whose key is new (replays and
+    /// keys in progress are answered from a read, without the write lock). A request
+    /// that cannot start writing within it is answered 409 `request-in-progress` when a
+    /// request of this process holds its key, else 503 `storage-busy` with
+    /// `Retry-After: 1`: the database was busy with other requests and nothing was saved.
     ///
     /// # Panics
     /// If `wait` is zero (PostgreSQL reads a zero lock timeout as "wait forever").
@@ -146,6 +168,51 @@ impl<DB: Backend> Idem<DB> {
             settings.replay_headers.push(name);
         }
         self
+    }
+
+    /// The handler's answers that say "not now" rather than "no": they are not the key's
+    /// outcome. Like a 5xx, such an answer rolls back the handler's transaction and leaves
+    /// the key unused, so a retry with the same key runs the request again (in the phased
+    /// form: the committed phases stay and the lease is released, so the retry resumes).
+    /// Replaces the default set: 408, 409, 423, 425 and 429.
+    ///
+    /// Every other 4xx (a declined card, a 404, a 422) is a completed outcome, stored and
+    /// replayed for the key's retention.
+    ///
+    /// ```
+    /// use actix_web::http::StatusCode;
+    ///
+    /// # fn app(pool: sqlx::PgPool) {
+    /// // This API's 409 means "that name is taken": a final answer, kept for the key.
+    /// let idem = idem_runtime::Idem::new(pool).transient_statuses([
+    ///     StatusCode::REQUEST_TIMEOUT,
+    ///     StatusCode::TOO_MANY_REQUESTS,
+    /// ]);
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// For a status that is not a 4xx: every 5xx rolls back anyway, and a 1xx, 2xx or 3xx
+    /// is an outcome.
+    pub fn transient_statuses(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        let statuses: Vec<StatusCode> = statuses.into_iter().collect();
+        for status in &statuses {
+            assert!(
+                status.is_client_error(),
+                "idem: transient statuses are 4xx, not {status}"
+            );
+        }
+        Arc::make_mut(&mut self.settings).transient_statuses = statuses;
+        self
+    }
+
+    /// Whether a handler's answer with `status` is rolled back rather than stored.
+    pub(crate) fn is_transient(&self, status: StatusCode) -> bool {
+        status.is_server_error() || self.settings.transient_statuses.contains(&status)
+    }
+
+    pub(crate) fn in_flight(&self) -> &Arc<crate::flow::InFlight> {
+        &self.in_flight
     }
 
     /// Encrypts stored response bodies and headers with `keyring` (feature `encryption`;
@@ -206,6 +273,7 @@ impl<DB: Backend> Clone for Idem<DB> {
         Self {
             pool: self.pool.clone(),
             settings: Arc::clone(&self.settings),
+            in_flight: Arc::clone(&self.in_flight),
         }
     }
 }
@@ -218,6 +286,7 @@ impl<DB: Backend> fmt::Debug for Idem<DB> {
             .field("max_request_bytes", &self.settings.max_request_bytes)
             .field("max_stored_bytes", &self.settings.max_stored_bytes)
             .field("replay_headers", &self.settings.replay_headers)
+            .field("transient_statuses", &self.settings.transient_statuses)
             .finish_non_exhaustive()
     }
 }

@@ -1,7 +1,9 @@
 //! The claim / execute / record flow behind every `#[idempotent]` handler.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use actix_web::body::{self, BodyLimitExceeded, BoxBody};
@@ -205,15 +207,20 @@ impl<DB: Backend> Prepared<DB> {
             Err(answer) => return answer,
         };
         let claim = identity.claim(scope, self.policy.retention(), self.idem.claim_wait_time());
+        if let Some(answer) = self.answer_from_read(&claim, false).await {
+            return answer;
+        }
 
         let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
             Ok(txn) => txn,
             // SQLite: another request holds the database's write lock past `claim_wait`.
-            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
+            Err(error) if DB::is_lock_timeout(&error) => return self.busy(&claim),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
-        match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
-            Ok(Claim::Claimed) => {}
+        // Declared after `txn`, so dropped before it; the key is announced as held until
+        // idem's transaction ended (or, when dropped, its rollback is queued).
+        let _held = match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
+            Ok(Claim::Claimed) => DB::ONE_WRITER.then(|| self.idem.in_flight().hold(&claim)),
             Ok(Claim::Existing(existing)) => {
                 // Nothing was written. Dropping the transaction queues its ROLLBACK, which
                 // sqlx sends with the ping it makes when the connection returns to the
@@ -227,7 +234,7 @@ impl<DB: Backend> Prepared<DB> {
             Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
             Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
-        }
+        };
 
         let response = match AssertUnwindSafe(handler(Tx::new(&mut *txn)))
             .catch_unwind()
@@ -247,8 +254,9 @@ impl<DB: Backend> Prepared<DB> {
             }
         };
 
-        // A 5xx is not an outcome to replay: roll back so the client can retry the key.
-        if response.status().is_server_error() {
+        // A 5xx, or a transient 4xx such as 429, is not an outcome to replay: roll back so
+        // the client can retry the key.
+        if self.idem.is_transient(response.status()) {
             let _ = txn.rollback().await;
             return (response, "rolled_back");
         }
@@ -272,7 +280,7 @@ impl<DB: Backend> Prepared<DB> {
         {
             Ok(Completion::Recorded) => match timed(self.policy, "commit", txn.commit()).await {
                 Ok(()) => "executed",
-                Err(error) => return (storage_unavailable(&error), "storage_error"),
+                Err(error) => return (commit_failed::<DB>(&error), "storage_error"),
             },
             Ok(Completion::OutsideTransaction) => {
                 // The handler's COMMIT already made its writes durable; the key is now
@@ -315,6 +323,64 @@ impl<DB: Backend> Prepared<DB> {
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
         (head.set_body(body_bytes).map_into_boxed_body(), outcome)
+    }
+
+    /// On a backend that lets one writer in at a time, answers from a plain read a
+    /// request whose key is held already (a replay, a 422, a 409 for a live lease), so it
+    /// never waits for another request's write lock. `None`: the key is absent, or must
+    /// be reclaimed (`phased`: or taken over), which needs the write lock; or the read
+    /// failed, and the claim will fail the same way or see the row itself.
+    pub(crate) async fn answer_from_read(
+        &self,
+        claim: &ClaimRequest<'_>,
+        phased: bool,
+    ) -> Option<(HttpResponse, &'static str)> {
+        if !DB::ONE_WRITER {
+            return None;
+        }
+        let peeked = match timed(self.policy, "read", DB::peek(&self.idem, claim)).await {
+            Ok(peeked) => peeked?,
+            Err(error) => {
+                tracing::debug!(%error, "could not read the key; claiming it instead");
+                return None;
+            }
+        };
+        if peeked.expired && peeked.lease_free {
+            return None;
+        }
+        // The same decisions as the claims make on the rows they find.
+        if phased {
+            if let Some(answer) = mismatched(&peeked.key, claim) {
+                return Some(answer);
+            }
+            if !peeked.key.completed && peeked.lease_free {
+                return None;
+            }
+        }
+        Some(
+            match crate::encryption::open(self.idem.keyring(), claim, peeked.key) {
+                Ok(existing) => answer_existing(existing, claim),
+                Err(answer) => answer,
+            },
+        )
+    }
+
+    /// The answer to a request that could not get the database's one write lock within
+    /// `claim_wait`: 409 when a request of this process holds its key, else 503
+    /// `storage-busy`, as the lock holder may be any request.
+    pub(crate) fn busy(&self, claim: &ClaimRequest<'_>) -> (HttpResponse, &'static str) {
+        if self.idem.in_flight().holds(claim) {
+            return (in_progress(), "in_progress");
+        }
+        tracing::warn!(
+            handler = self.policy.handler(),
+            "the database's write lock stayed with other requests past claim_wait"
+        );
+        let response = ProblemKind::StorageBusy.response(
+            "the database is busy with other requests; nothing was saved; retry with the same \
+             Idempotency-Key after the delay in Retry-After",
+        );
+        (response, "busy")
     }
 
     /// Reads the handler's response body into memory to store it, up to the stored limit.
@@ -440,6 +506,66 @@ pub(crate) fn in_progress() -> HttpResponse {
     )
 }
 
+/// The answer to a COMMIT that failed: nothing was saved when the database refused it,
+/// but when its answer was lost the transaction may have committed.
+fn commit_failed<DB: Backend>(error: &sqlx::Error) -> HttpResponse {
+    if DB::is_definite_rollback(error) {
+        return storage_unavailable(error);
+    }
+    tracing::error!(%error, "the COMMIT went unanswered; its outcome is unknown");
+    ProblemKind::StorageUnavailable.response(
+        "the database did not confirm the commit, so the request may or may not have been \
+         saved; retrying with the same Idempotency-Key is safe and returns its outcome",
+    )
+}
+
+/// Keys held by requests of this process whose transaction is open, for a backend that
+/// lets one writer in at a time: there a request that waited in vain for the write lock
+/// cannot see, in the database, whether the holder has its key (the holder's row is not
+/// committed), but it can ask here. Counts, not a set, as a retry may claim a key before
+/// the request that rolled it back has dropped its guard.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight(Mutex<HashMap<(String, String), usize>>);
+
+impl InFlight {
+    pub(crate) fn hold(self: &Arc<Self>, claim: &ClaimRequest<'_>) -> Held {
+        let id = (claim.scope.to_owned(), claim.key.to_owned());
+        *self.lock().entry(id.clone()).or_default() += 1;
+        Held {
+            in_flight: Arc::clone(self),
+            id,
+        }
+    }
+
+    fn holds(&self, claim: &ClaimRequest<'_>) -> bool {
+        self.lock()
+            .contains_key(&(claim.scope.to_owned(), claim.key.to_owned()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), usize>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A key announced in [`InFlight`] until dropped.
+#[derive(Debug)]
+pub(crate) struct Held {
+    in_flight: Arc<InFlight>,
+    id: (String, String),
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.in_flight.lock();
+        if let Some(count) = held.get_mut(&self.id) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.id);
+            }
+        }
+    }
+}
+
 pub(crate) fn storage_unavailable(error: &sqlx::Error) -> HttpResponse {
     tracing::error!(%error, "idempotency key store failed; rolled back");
     ProblemKind::StorageUnavailable
@@ -491,6 +617,31 @@ fn decode_headers(encoded: &[u8]) -> impl Iterator<Item = (HeaderName, HeaderVal
 mod tests {
     use super::*;
     use actix_web::http::header;
+
+    /// The database refused the COMMIT: rolled back. Its answer was lost: unknown.
+    #[test]
+    fn a_failed_commit_says_what_is_known_of_its_outcome() {
+        use crate::store::DefaultBackend;
+
+        let detail = |response: HttpResponse| {
+            let body = body::to_bytes(response.into_body())
+                .now_or_never()
+                .expect("a buffered body")
+                .expect("readable");
+            let value: Value = serde_json::from_slice(&body).expect("JSON");
+            value["detail"].as_str().expect("a detail").to_owned()
+        };
+        let lost = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        let unknown = detail(commit_failed::<DefaultBackend>(&lost));
+        assert!(
+            unknown.contains("may or may not have been saved"),
+            "{unknown}"
+        );
+        assert!(
+            unknown.contains("same Idempotency-Key is safe"),
+            "{unknown}"
+        );
+    }
 
     #[test]
     fn headers_round_trip_in_order_with_repeats() {

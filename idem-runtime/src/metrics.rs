@@ -13,8 +13,8 @@
 //!
 //! `endpoint` is the route's path pattern (e.g. `/orders`) when `#[idempotent]` could see
 //! it (written above the route attribute), else the handler's name; `handler` is the
-//! handler function's name. `statement` is `begin`, `claim`, `take_over`, `complete` or
-//! `commit`.
+//! handler function's name. `statement` is `read` (SQLite: the key read before any write),
+//! `begin`, `claim`, `take_over`, `complete` or `commit`.
 //!
 //! The outcomes, the same strings as the `outcome` field of the `idempotent` tracing span:
 //!
@@ -23,15 +23,16 @@
 //! | `executed` | the handler ran and its response was stored |
 //! | `replayed` | a stored response was replayed |
 //! | `in_progress` | 409: another request holds the key |
+//! | `busy` | 503: SQLite's write lock stayed with other requests past `claim_wait`; nothing kept |
 //! | `mismatch` | 422: the key was used for a different request |
 //! | `invalid_key` | 400: `Idempotency-Key` missing or malformed |
 //! | `invalid_body` | 400: a JSON body that does not parse |
 //! | `too_large` | 500: the response is larger than idem stores; rolled back |
-//! | `rolled_back` | the handler answered 5xx or ended the transaction itself; nothing kept |
+//! | `rolled_back` | the handler answered 5xx or a transient 4xx, or ended the transaction itself; nothing kept |
 //! | `panicked` | the handler panicked |
 //! | `storage_error` | the key store failed |
 //! | `unreadable` | 500: a stored response does not decrypt (feature `encryption`) |
-//! | `resumable` | phased: the handler answered 5xx; its committed phases are kept |
+//! | `resumable` | phased: the handler answered 5xx or a transient 4xx; its committed phases are kept |
 //! | `phase_failed` | phased: a phase failed in idem's part of it |
 //! | `taken_over` | phased: a retry took this attempt over; its response was not stored |
 //!

@@ -686,13 +686,16 @@ impl<DB: Backend> Prepared<DB> {
             Err(answer) => return answer,
         };
         let claim = identity.claim(scope, self.policy.retention(), self.idem.claim_wait_time());
+        if let Some(answer) = self.answer_from_read(&claim, true).await {
+            return answer;
+        }
 
         // The claim commits on its own, before any phase: the lease is what keeps
         // duplicates out from here on, not an open transaction.
         let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
             Ok(txn) => txn,
             // SQLite: another request holds the database's write lock past `claim_wait`.
-            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
+            Err(error) if DB::is_lock_timeout(&error) => return self.busy(&claim),
             Err(error) => return (storage_unavailable(&error), "storage_error"),
         };
         let row = match timed(
@@ -787,9 +790,10 @@ impl<DB: Backend> Prepared<DB> {
             }
         };
 
-        // Committed phases cannot be rolled back: a 5xx leaves the key in progress at its
-        // recovery point, and frees the lease so the client's retry resumes at once.
-        if response.status().is_server_error() {
+        // Committed phases cannot be rolled back: a 5xx (or a transient 4xx such as 429)
+        // leaves the key in progress at its recovery point, and frees the lease so the
+        // client's retry resumes at once.
+        if self.idem.is_transient(response.status()) {
             self.release(&attempt).await;
             return (response, "resumable");
         }

@@ -20,7 +20,8 @@
 //! | 500 | `#stored-response-unreadable` | the stored response does not decrypt (altered, or sealed by a key no longer configured); not replayed |
 //! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
 //! | 500 | `#operation-failed` | an operator marked this key's unfinished operation failed ([`resolve_key`](crate::resolve_key)); replayed to every retry |
-//! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed; `Retry-After: 1` |
+//! | 503 | `#storage-busy` | SQLite: another request (for another key) held the database's write lock past [`Idem::claim_wait`](crate::Idem::claim_wait); nothing was saved; `Retry-After: 1` |
+//! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed, or, when a COMMIT went unanswered, the outcome is unknown and the detail says so; `Retry-After: 1` |
 //!
 //! In the phased form "nothing was committed" means the failed phase and the response:
 //! phases that committed before the failure stay recorded, and a retry with the same key
@@ -65,8 +66,19 @@
 //! committed, and no retry completed it within its retention), and an operator resolved
 //! it as failed; `detail` is the operator's text. Every retry with this key gets this
 //! answer: the key does not run again. Use a new key for a new attempt.
+//! # storage-busy
+//! The database lets one writer in at a time (SQLite) and was busy with other requests
+//! for longer than the server waits. Nothing was saved; retry with the same key after
+//! the `Retry-After` delay. This says nothing about the key: another request with it is
+//! answered `request-in-progress` instead.
 //! # storage-unavailable
-//! The key store could not be reached or answered with an error.
+//! The key store could not be reached or answered with an error. Mostly nothing was
+//! saved, and the detail says so. When the database refused the final COMMIT (a deferred
+//! constraint, say), it rolled everything back: nothing was saved either. When the COMMIT
+//! was sent but its answer never came (the connection broke), idem cannot know whether
+//! it took effect; the detail says the request may or may not have been saved. Either way
+//! a retry with the same key is safe: it replays the outcome if it was saved, and runs
+//! the request if it was not.
 
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
@@ -120,6 +132,8 @@ pub enum ProblemKind {
     StorageUnavailable,
     /// 500: an operator marked an unfinished operation failed (`idem resolve --failed`).
     OperationFailed,
+    /// 503: SQLite's one write lock stayed with other requests past the claim wait.
+    StorageBusy,
 }
 
 impl ProblemKind {
@@ -141,6 +155,7 @@ impl ProblemKind {
             Self::NotConfigured => "not-configured",
             Self::StorageUnavailable => "storage-unavailable",
             Self::OperationFailed => "operation-failed",
+            Self::StorageBusy => "storage-busy",
         }
     }
 
@@ -164,7 +179,7 @@ impl ProblemKind {
             | Self::StoredResponseUnreadable
             | Self::NotConfigured
             | Self::OperationFailed => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StorageUnavailable | Self::StorageBusy => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -185,6 +200,7 @@ impl ProblemKind {
             Self::NotConfigured => "Idempotency is not configured",
             Self::StorageUnavailable => "Idempotency key store unavailable",
             Self::OperationFailed => "Operation marked failed by an operator",
+            Self::StorageBusy => "Database busy with other requests",
         }
     }
 
@@ -201,7 +217,10 @@ impl ProblemKind {
     ) -> HttpResponse {
         let mut response = HttpResponse::build(self.status());
         response.insert_header((CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
-        if matches!(self, Self::InProgress | Self::StorageUnavailable) {
+        if matches!(
+            self,
+            Self::InProgress | Self::StorageUnavailable | Self::StorageBusy
+        ) {
             response.insert_header((RETRY_AFTER, HeaderValue::from_static("1")));
         }
         response.body(self.body(detail, extra))

@@ -8,6 +8,7 @@
 
 #[path = "../../examples/orders/app.rs"]
 pub(crate) mod app;
+pub(crate) mod held;
 
 use std::future::Future;
 use std::rc::Rc;

@@ -78,6 +78,34 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     fn is_aborted_transaction(error: &sqlx::Error) -> bool;
 
+    /// Whether the database lets one writer in at a time (SQLite): then a request that
+    /// cannot get the write lock may be waiting for any other request, not for its key.
+    #[doc(hidden)]
+    const ONE_WRITER: bool = false;
+
+    /// Reads the row that holds the key, outside any transaction and without taking a
+    /// lock, so a replay or an in-progress answer need not wait for another request's
+    /// write. Only a [`ONE_WRITER`](Self::ONE_WRITER) backend needs it; the others claim
+    /// at once and answer `None` without a query.
+    #[doc(hidden)]
+    fn peek(
+        idem: &Idem<Self>,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Option<PeekedKey>, sqlx::Error>> {
+        let _ = (idem, request);
+        async { Ok(None) }
+    }
+
+    /// Whether a failed COMMIT certainly rolled the transaction back: the database
+    /// answered that it refused it (a deferred constraint, say). Any other failure (the
+    /// connection lost before the answer came) leaves the outcome unknown.
+    #[doc(hidden)]
+    fn is_definite_rollback(error: &sqlx::Error) -> bool {
+        error
+            .as_database_error()
+            .is_some_and(|e| !matches!(e.kind(), sqlx::error::ErrorKind::Other))
+    }
+
     // The phased form. Every write of an attempt names its fencing token, and the store
     // refuses it once a takeover has replaced that token.
 
@@ -360,6 +388,17 @@ pub struct ExistingKey {
     pub response_status: Option<i16>,
     pub response_headers: Option<Vec<u8>>,
     pub response_body: Option<Vec<u8>>,
+}
+
+/// A key row as [`Backend::peek`] read it.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct PeekedKey {
+    pub key: ExistingKey,
+    /// Its retention has ended: a new request may reclaim it (under the write lock).
+    pub expired: bool,
+    /// No phased attempt holds its lease (always true in the single-transaction form).
+    pub lease_free: bool,
 }
 
 /// A response as stored for replay.

@@ -115,6 +115,15 @@ type KeyRow = (
     Option<Vec<u8>>,
 );
 
+/// Opens every transaction idem runs a request in, whatever the connection's
+/// `default_transaction_isolation`. The claim relies on READ COMMITTED: a duplicate that
+/// waited for the first request's row must see it committed, which a snapshot taken
+/// before (REPEATABLE READ, SERIALIZABLE) cannot, and fails to serialize instead. It is
+/// the same one round trip as a bare `BEGIN`. The handler's statements share the
+/// transaction, so they run at READ COMMITTED too; PostgreSQL allows no change of level
+/// after the claim's first statement.
+pub(super) const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// SQLSTATE `lock_not_available`: the claim waited longer than its lock timeout.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
@@ -129,13 +138,13 @@ fn sqlstate_is(error: &sqlx::Error, code: &str) -> bool {
 }
 
 impl Backend for Postgres {
-    /// A plain `BEGIN`: the claim itself sets its lock timeout (see `claim_lock_timeout!`).
+    /// [`BEGIN`]: the claim itself sets its lock timeout (see `claim_lock_timeout!`).
     fn begin_sql(_claim_wait: Duration) -> String {
-        "BEGIN".to_owned()
+        BEGIN.to_owned()
     }
 
     async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        idem.pool().begin().await
+        idem.pool().begin_with(BEGIN).await
     }
 
     async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {

@@ -95,8 +95,11 @@ SELECT phase, output::text FROM idem_phases
  ORDER BY recorded_at, phase";
 
 /// Marks the start of a phase's transaction, so the record can tell whether the phase's
-/// code ended the transaction itself.
-const BEGIN_PHASE: &str = "BEGIN; SELECT set_config('idem.phase', 'on', true)";
+/// code ended the transaction itself. READ COMMITTED like the request's (see
+/// `super::BEGIN`): the fenced record must see a takeover that committed meanwhile and
+/// match no row, not fail to serialize.
+const BEGIN_PHASE: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config('idem.phase', 'on', true)";
 
 /// Fences, moves the recovery point, renews the lease and records the output, in one
 /// round trip at the end of the phase's transaction. Checking the token last (not first)

@@ -1,12 +1,18 @@
 //! The SQLite key store: all of idem's SQL for SQLite lives in this module, one file per
 //! concern (the single-transaction claim here, the others beside it).
 //!
-//! SQLite lets one writer at a time into a database. Every request's transaction is
-//! therefore `BEGIN IMMEDIATE`, which takes the write lock at once, with the busy timeout
-//! set to `Idem::claim_wait` for that one statement: a request that cannot get the lock in
-//! time fails with `SQLITE_BUSY` and is answered 409 with `Retry-After: 1`. Holding the
-//! lock, a claim sees every committed row and no other writer can come between its
-//! statements, so the claim needs none of PostgreSQL's snapshot re-reads.
+//! SQLite lets one writer at a time into a database, so a request first reads its key
+//! with a plain read on the pool ([`Backend::peek`]), which WAL mode lets through while
+//! another request writes: a replay, a 422 or the 409 of a phased attempt holding its
+//! lease is answered from that read, without waiting for any writer. Only a key that is
+//! absent, or must be reclaimed or taken over, goes on to `BEGIN IMMEDIATE`, which takes
+//! the write lock at once, with the busy timeout set to `Idem::claim_wait` for that one
+//! statement. A request that cannot get the lock in time fails with `SQLITE_BUSY`: the
+//! lock may be held by any request, for any key, so the flow answers 503 `storage-busy`,
+//! unless it knows that a request of this process holds this very key (then 409). Holding
+//! the lock, a claim sees every committed row and no other writer can come between its
+//! statements, so the claim needs none of PostgreSQL's snapshot re-reads; it also checks
+//! again what the read saw, which may have changed in between.
 //!
 //! Times are INTEGER microseconds since the Unix epoch, read from SQLite's clock
 //! ([`now!`]), which on one machine is the application's clock too.
@@ -25,7 +31,7 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
 
 use super::{
     AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
-    PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
+    PeekedKey, PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
 };
 use crate::Idem;
 use crate::expiry::{KeyRecord, KeyStats};
@@ -246,6 +252,35 @@ impl Backend for Sqlite {
     /// what the handler wrote before it stays.
     fn is_aborted_transaction(_: &sqlx::Error) -> bool {
         false
+    }
+
+    const ONE_WRITER: bool = true;
+
+    /// A plain read on the pool: in WAL mode it proceeds while another connection holds
+    /// the write lock, so a replay never queues behind a request for another key.
+    async fn peek(
+        idem: &Idem<Self>,
+        req: &ClaimRequest<'_>,
+    ) -> Result<Option<PeekedKey>, sqlx::Error> {
+        let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
+            .bind(req.scope)
+            .bind(req.key)
+            .fetch_optional(idem.pool())
+            .await?;
+        Ok(row.map(|row| PeekedKey {
+            expired: row.0,
+            lease_free: row.1,
+            key: existing(row),
+        }))
+    }
+
+    /// Besides a refused constraint, `SQLITE_BUSY`: the COMMIT did not happen and the
+    /// transaction stayed open, and sqlx rolls it back when it is dropped.
+    fn is_definite_rollback(error: &sqlx::Error) -> bool {
+        Self::is_lock_timeout(error)
+            || error
+                .as_database_error()
+                .is_some_and(|e| !matches!(e.kind(), sqlx::error::ErrorKind::Other))
     }
 
     async fn claim_phased(
