@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::Pool;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::Tx;
@@ -83,12 +84,12 @@ pub struct Message {
 }
 
 impl Message {
-    fn from_row(row: OutboxRow) -> Self {
+    fn from_row(row: OutboxRow, attempt: i32) -> Self {
         Self {
             id: row.id,
             topic: row.topic,
             payload: row.payload,
-            attempt: u32::try_from(row.attempt).unwrap_or(1),
+            attempt: u32::try_from(attempt).unwrap_or(1),
         }
     }
 
@@ -328,9 +329,10 @@ impl<DB: Backend> Relay<DB> {
         Fut: Future<Output = Result<(), E>>,
         E: fmt::Display,
     {
+        let holder = new_holder();
         let rows = {
             let mut conn = self.pool.acquire().await?;
-            DB::take_messages(&mut conn, self.batch_size, self.delivery_timeout).await?
+            DB::take_messages(&mut conn, self.batch_size, self.delivery_timeout, holder).await?
         };
         let taken = rows.len();
         let mut rows = rows.into_iter();
@@ -341,34 +343,106 @@ impl<DB: Backend> Relay<DB> {
                     .chain(rows.map(|row| row.id))
                     .collect();
                 let mut conn = self.pool.acquire().await?;
-                DB::release_messages(&mut conn, &ids).await?;
+                DB::release_messages(&mut conn, &ids, holder).await?;
                 break;
             }
-            let message = Message::from_row(row);
+            // The take's hold covers the whole batch for one timeout; by the time this
+            // message's turn comes it may have run out and another relay taken it.
+            let claimed = {
+                let mut conn = self.pool.acquire().await?;
+                DB::claim_message(&mut conn, &row.id, holder, self.delivery_timeout).await?
+            };
+            let Some(attempt) = claimed else {
+                tracing::debug!(message = %row.id, "outbox message taken by another relay meanwhile; skipped");
+                continue;
+            };
+            let message = Message::from_row(row, attempt);
             let id = message.id.clone();
             let attempt = message.attempt;
-            // A connection is held only for the bookkeeping, never while the application's
-            // handler runs (it may need the pool itself).
-            match AssertUnwindSafe(handler(message)).catch_unwind().await {
+            match self.handle(handler, message, holder).await {
                 Ok(Ok(())) => {
                     let mut conn = self.pool.acquire().await?;
-                    DB::mark_delivered(&mut conn, &id).await?;
+                    if !DB::mark_delivered(&mut conn, &id, holder).await? {
+                        tracing::warn!(message = %id, attempt, "outbox message handled, but another relay took it first: it is delivered again");
+                    }
                 }
                 Ok(Err(error)) => {
                     let error = error.to_string();
                     tracing::warn!(message = %id, attempt, %error, "outbox delivery failed; will retry");
-                    self.failed(&id, attempt, &error).await?;
+                    self.failed(&id, holder, attempt, &error).await?;
                 }
                 Err(_) => {
                     tracing::error!(message = %id, attempt, "outbox handler panicked; will retry");
-                    self.failed(&id, attempt, "the handler panicked").await?;
+                    self.failed(&id, holder, attempt, "the handler panicked")
+                        .await?;
                 }
             }
         }
         Ok(taken)
     }
 
-    async fn failed(&self, id: &str, attempt: u32, error: &str) -> Result<(), sqlx::Error> {
+    /// Runs the application's handler on one message while renewing the message's hold
+    /// beside it, on the same task: the hold ends `delivery_timeout` after the last
+    /// renewal, so only a relay that stopped running (died, or hung) loses its message.
+    async fn handle<H, Fut, E>(
+        &self,
+        handler: &H,
+        message: Message,
+        holder: i64,
+    ) -> std::thread::Result<Result<(), E>>
+    where
+        H: Fn(Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        let id = message.id.clone();
+        let (done, handled) = oneshot::channel::<()>();
+        // A connection is held only for the bookkeeping, never while the application's
+        // handler runs (it may need the pool itself).
+        let handling = async move {
+            let outcome = AssertUnwindSafe(handler(message)).catch_unwind().await;
+            let _ = done.send(());
+            outcome
+        };
+        let (outcome, ()) = tokio::join!(handling, self.keep_held(&id, holder, handled));
+        outcome
+    }
+
+    /// Renews the hold every third of the timeout until `handled` fires. A renewal under
+    /// way when the handler ends is finished, not dropped halfway through its statement.
+    async fn keep_held(&self, id: &str, holder: i64, mut handled: oneshot::Receiver<()>) {
+        let every = self.delivery_timeout / 3;
+        loop {
+            tokio::select! {
+                _ = &mut handled => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let renewed = match self.pool.acquire().await {
+                Ok(mut conn) => {
+                    DB::renew_message(&mut conn, id, holder, self.delivery_timeout).await
+                }
+                Err(error) => Err(error),
+            };
+            match renewed {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Renewing again cannot win the message back; marking it will fail too.
+                    tracing::warn!(message = %id, "outbox hold ran out before it was renewed; another relay took the message and may deliver it at the same time");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(message = %id, %error, "outbox relay: renewing a hold failed; retrying");
+                }
+            }
+        }
+    }
+
+    async fn failed(
+        &self,
+        id: &str,
+        holder: i64,
+        attempt: u32,
+        error: &str,
+    ) -> Result<(), sqlx::Error> {
         let doublings = attempt.saturating_sub(1).min(20);
         let delay = self
             .first_retry
@@ -376,7 +450,10 @@ impl<DB: Backend> Relay<DB> {
             .min(self.max_retry);
         let error: String = error.chars().take(MAX_ERROR_LEN).collect();
         let mut conn = self.pool.acquire().await?;
-        DB::mark_failed(&mut conn, id, delay, &error).await
+        if !DB::mark_failed(&mut conn, id, holder, delay, &error).await? {
+            tracing::warn!(message = %id, attempt, "outbox message failed, but another relay took it first");
+        }
+        Ok(())
     }
 
     async fn purge(&self) -> Result<(), sqlx::Error> {
@@ -465,6 +542,15 @@ impl<DB: Backend> Relay<DB> {
             }
         }
     }
+}
+
+/// A token for one take, fresh each time: 64 bits from a hasher with new random keys
+/// (std seeds them from the operating system). Only equality matters, so random values
+/// do; two takes drawing the same one is a 1 in 2^64 chance, and no database round trip
+/// is spent on drawing it.
+fn new_holder() -> i64 {
+    let bits = RandomState::new().build_hasher().finish();
+    i64::from_ne_bytes(bits.to_ne_bytes())
 }
 
 /// Set by `stop`, or implied when the handle is gone.
