@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use idem::{Backend, Message, Relay, RelayHandle};
+use idem::{Message, Relay, RelayHandle};
 use sqlx::Pool;
 use support::{Env, TestBackend};
 
@@ -267,8 +267,123 @@ async fn a_dead_relays_message_is_delivered_again<DB: TestBackend>() {
     assert_eq!(attempts(&env.pool).await, ["2"]);
 }
 
+/// The store's own statements, as two relays would make them: relay A's hold runs out
+/// unrenewed, relay B takes the message and starts delivering it; every write A then
+/// makes about the message is refused and changes nothing, while B's go through.
+async fn a_stale_holder_cannot_touch_a_message_another_relay_holds<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
+    let ids = enqueue(&env.pool, 1).await;
+    let id = ids[0].as_str();
+    let mut conn = env.pool.acquire().await.expect("a connection");
+    let short = Duration::from_millis(200);
+    let long = Duration::from_secs(600);
+
+    // Given back before its delivery started, a message counts no attempt and is due
+    // again at once.
+    let taken = DB::take_messages(&mut conn, 8, long, 1)
+        .await
+        .expect("take");
+    assert_eq!(taken.len(), 1);
+    assert_eq!(
+        DB::release_messages(&mut conn, &ids, 1)
+            .await
+            .expect("release"),
+        1
+    );
+    assert_eq!(attempts(&env.pool).await, ["0"]);
+
+    let (a, b) = (7, 8);
+    let taken = DB::take_messages(&mut conn, 8, short, a)
+        .await
+        .expect("A takes");
+    assert_eq!(taken.len(), 1, "released, so due at once");
+    assert_eq!(
+        DB::claim_message(&mut conn, id, a, short)
+            .await
+            .expect("A claims"),
+        Some(1)
+    );
+    // A's hold runs out unrenewed (A hangs); B takes the message and starts delivering.
+    tokio::time::sleep(short * 3).await;
+    let taken = DB::take_messages(&mut conn, 8, long, b)
+        .await
+        .expect("B takes");
+    assert_eq!(
+        taken.iter().map(|row| row.id.as_str()).collect::<Vec<_>>(),
+        [id]
+    );
+    assert_eq!(
+        DB::claim_message(&mut conn, id, b, long)
+            .await
+            .expect("B claims"),
+        Some(2)
+    );
+
+    // Every write of A's is refused.
+    assert_eq!(
+        DB::claim_message(&mut conn, id, a, short)
+            .await
+            .expect("claim"),
+        None
+    );
+    assert!(
+        !DB::renew_message(&mut conn, id, a, short)
+            .await
+            .expect("renew")
+    );
+    assert!(
+        !DB::mark_failed(&mut conn, id, a, Duration::ZERO, "stale")
+            .await
+            .expect("fail")
+    );
+    assert_eq!(
+        DB::release_messages(&mut conn, &ids, a)
+            .await
+            .expect("release"),
+        0
+    );
+    assert!(!DB::mark_delivered(&mut conn, id, a).await.expect("deliver"));
+
+    // ... and changed nothing: B still holds the message, hidden from every other take,
+    // with B's delivery the second attempt and no error recorded.
+    assert_eq!(attempts(&env.pool).await, ["2"]);
+    assert_eq!(
+        DB::scalar(
+            &env.pool,
+            "SELECT count(*) FROM idem_outbox WHERE last_error IS NULL AND delivered_at IS NULL"
+        )
+        .await,
+        1
+    );
+    let taken = DB::take_messages(&mut conn, 8, long, 9)
+        .await
+        .expect("C takes");
+    assert_eq!(taken.len(), 0, "still hidden by B's hold");
+
+    assert!(
+        DB::renew_message(&mut conn, id, b, long)
+            .await
+            .expect("renew")
+    );
+    assert!(
+        DB::mark_delivered(&mut conn, id, b)
+            .await
+            .expect("B marks it delivered")
+    );
+    assert_eq!(delivered(&env.pool).await, 1);
+    assert!(
+        !DB::mark_failed(&mut conn, id, a, Duration::ZERO, "stale")
+            .await
+            .expect("fail"),
+        "a delivered message stays delivered"
+    );
+    assert_eq!(delivered(&env.pool).await, 1);
+    assert_eq!(attempts(&env.pool).await, ["2"]);
+}
+
 support::backend_tests!(
     two_relays_never_deliver_a_message_at_the_same_time,
     a_consumer_slower_than_the_timeout_keeps_its_message,
     a_dead_relays_message_is_delivered_again,
+    a_stale_holder_cannot_touch_a_message_another_relay_holds,
 );
