@@ -2,9 +2,12 @@
 //! the relay that delivers them at least once.
 //!
 //! A message written in a phase commits with the phase, and a committed phase never runs
-//! again, so neither a replay nor a takeover writes it twice. Delivery is at least once:
-//! a relay that crashes after the consumer acted but before marking the message delivered
-//! delivers it again, with the same id, which is what consumers deduplicate by.
+//! again, so neither a replay nor a takeover writes it twice.
+//!
+//! Each message goes to one relay at a time while that relay is alive: a take marks its
+//! batch with a fresh holder token, each delivery claims its message alone and renews the
+//! hold beside the handler, and every later write names the token. The guarantees are
+//! spelled out on [`Relay`], where users read them.
 
 use std::fmt;
 use std::future::Future;
@@ -150,7 +153,10 @@ impl Message {
         serde_json::from_str(&self.payload)
     }
 
-    /// Which delivery this is: 1 the first time, more after failures or a relay crash.
+    /// Which delivery this is: how many deliveries of this message have started, this one
+    /// included. 1 the first time; one more after each failure (an `Err` or a panic) and
+    /// after each relay that died or lost its hold mid-delivery. A message a relay took
+    /// but gave back or lost before handing it out counts nothing.
     ///
     /// ```
     /// # fn f(message: &idem_runtime::Message) {
@@ -167,10 +173,15 @@ impl Message {
 /// Delivers outbox messages at least once to an application's async handler.
 ///
 /// The application spawns it and keeps the [`RelayHandle`]; several relays (one per
-/// instance) may share one database: each message is taken by one of them at a time.
-/// A handler that returns `Err` (or panics) gets the message again later, with a growing
-/// delay; one that returns `Ok` has it marked delivered. Messages are delivered in the
-/// order they were written, except that a failed one is retried later.
+/// instance) may share one database. Each message is delivered by one relay at a time for
+/// as long as that relay is alive and renewing its hold (every third of the
+/// [`delivery_timeout`](Self::delivery_timeout)), however long the handler takes; a relay
+/// that dies has its message delivered again by another, one timeout after its last
+/// renewal. A handler that returns `Err` (or panics) gets the message again later, with a
+/// growing delay; one that returns `Ok` has it marked delivered. Each relay delivers in
+/// the order the messages were written, except that a failed one is retried later, and a
+/// message of a batch that waits longer than the timeout for its turn may go to an idle
+/// relay instead.
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
@@ -182,6 +193,33 @@ impl Message {
 /// relay.stop().await;
 /// # }
 /// ```
+///
+/// # One relay at a time
+///
+/// Several relays may share one database. A relay takes a batch of due messages under a
+/// token fresh for that take (the message's `holder`), which hides the batch from other
+/// relays for one [`delivery_timeout`](Relay::delivery_timeout). Right before handing a
+/// message to the application it claims that message alone: the claim counts the attempt
+/// and hides the message for another timeout, and it fails, so the relay skips the
+/// message, when another relay took it after this batch's hold ran out. While the
+/// application's handler runs, the relay renews that message's hold every third of the
+/// timeout. Marking the message delivered or failed, and giving back the rest of a batch
+/// on stop, are fenced by the token as well: they change nothing once another take has
+/// replaced it.
+///
+/// So while a relay is alive and renewing, no other relay delivers the message it is
+/// delivering, however long the handler takes, and a relay whose hold ran out can neither
+/// mark, fail, give back nor count a delivery another relay now runs.
+///
+/// # When a relay dies
+///
+/// A relay that dies (or hangs long enough to miss its renewals) leaves its message due
+/// one timeout after its last renewal; another relay then delivers it again, as the next
+/// [`attempt`](Message::attempt), with the same id. So delivery is at least once across
+/// crashes, not exactly once: a relay that dies after the consumer acted but before
+/// marking the message delivered has it delivered again, and a relay stalled for longer
+/// than the timeout (a paused process, a database it cannot reach) may find the message
+/// delivered elsewhere while its own handler still runs. Consumers deduplicate by the id.
 pub struct Relay<DB: Backend = DefaultBackend> {
     pool: Pool<DB>,
     batch_size: u32,
@@ -247,9 +285,15 @@ impl<DB: Backend> Relay<DB> {
         self
     }
 
-    /// How long a taken message is hidden from other relays. A handler that takes longer
-    /// may see the message delivered again meanwhile (at least once, not exactly once);
-    /// a relay that dies mid-delivery has its messages delivered after this time.
+    /// How long a relay's hold on a message lasts without renewal.
+    ///
+    /// A batch the relay takes is hidden from other relays for this long; a message whose
+    /// turn comes later than that may have gone to another relay, and is then skipped.
+    /// Each message's delivery starts a hold of its own, renewed every third of this
+    /// time while the handler runs, so a slow handler never sees its message delivered
+    /// elsewhere meanwhile. A relay that dies mid-delivery, or stops running for longer
+    /// than this (its renewals miss), has the message delivered again by another relay
+    /// this long after its last renewal.
     ///
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
@@ -257,7 +301,14 @@ impl<DB: Backend> Relay<DB> {
     /// # let _ = relay;
     /// # }
     /// ```
+    ///
+    /// # Panics
+    /// If `timeout` is zero.
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "idem: a relay's delivery timeout must be longer than zero"
+        );
         self.delivery_timeout = timeout;
         self
     }
