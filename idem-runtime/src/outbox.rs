@@ -414,7 +414,7 @@ impl<DB: Backend> Relay<DB> {
                 Ok(Ok(())) => {
                     let mut conn = self.pool.acquire().await?;
                     if !DB::mark_delivered(&mut conn, &id, holder).await? {
-                        tracing::warn!(message = %id, attempt, "outbox message handled, but another relay took it first: it is delivered again");
+                        tracing::warn!(message = %id, attempt, "outbox message handled, but another relay took it first and delivers it again");
                     }
                 }
                 Ok(Err(error)) => {
@@ -595,10 +595,10 @@ impl<DB: Backend> Relay<DB> {
     }
 }
 
-/// A token for one take, fresh each time: 64 bits from a hasher with new random keys
-/// (std seeds them from the operating system). Only equality matters, so random values
-/// do; two takes drawing the same one is a 1 in 2^64 chance, and no database round trip
-/// is spent on drawing it.
+/// A token for one take: the output of a hasher with fresh random keys (std seeds them
+/// from the operating system and varies them for every `RandomState`). A token only has
+/// to differ from every other take's, which 64 random bits do but for a 1 in 2^64 chance,
+/// and drawing it here costs no round trip to the database (SQLite has no sequences).
 fn new_holder() -> i64 {
     let bits = RandomState::new().build_hasher().finish();
     i64::from_ne_bytes(bits.to_ne_bytes())
