@@ -2,12 +2,16 @@
 //! the relay that delivers them at least once.
 //!
 //! A message written in a phase commits with the phase, and a committed phase never runs
-//! again, so neither a replay nor a takeover writes it twice. Delivery is at least once:
-//! a relay that crashes after the consumer acted but before marking the message delivered
-//! delivers it again, with the same id, which is what consumers deduplicate by.
+//! again, so neither a replay nor a takeover writes it twice.
+//!
+//! Each message goes to one relay at a time while that relay is alive: a take marks its
+//! batch with a fresh holder token, each delivery claims its message alone and renews the
+//! hold beside the handler, and every later write names the token. The guarantees are
+//! spelled out on [`Relay`], where users read them.
 
 use std::fmt;
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -15,7 +19,7 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::Pool;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::Tx;
@@ -83,12 +87,12 @@ pub struct Message {
 }
 
 impl Message {
-    fn from_row(row: OutboxRow) -> Self {
+    fn from_row(row: OutboxRow, attempt: i32) -> Self {
         Self {
             id: row.id,
             topic: row.topic,
             payload: row.payload,
-            attempt: u32::try_from(row.attempt).unwrap_or(1),
+            attempt: u32::try_from(attempt).unwrap_or(1),
         }
     }
 
@@ -149,7 +153,10 @@ impl Message {
         serde_json::from_str(&self.payload)
     }
 
-    /// Which delivery this is: 1 the first time, more after failures or a relay crash.
+    /// Which delivery this is: how many deliveries of this message have started, this one
+    /// included. 1 the first time; one more after each failure (an `Err` or a panic) and
+    /// after each relay that died or lost its hold mid-delivery. A message a relay took
+    /// but gave back or lost before handing it out counts nothing.
     ///
     /// ```
     /// # fn f(message: &idem_runtime::Message) {
@@ -166,10 +173,15 @@ impl Message {
 /// Delivers outbox messages at least once to an application's async handler.
 ///
 /// The application spawns it and keeps the [`RelayHandle`]; several relays (one per
-/// instance) may share one database: each message is taken by one of them at a time.
-/// A handler that returns `Err` (or panics) gets the message again later, with a growing
-/// delay; one that returns `Ok` has it marked delivered. Messages are delivered in the
-/// order they were written, except that a failed one is retried later.
+/// instance) may share one database. Each message is delivered by one relay at a time for
+/// as long as that relay is alive and renewing its hold (every third of the
+/// [`delivery_timeout`](Self::delivery_timeout)), however long the handler takes; a relay
+/// that dies has its message delivered again by another, one timeout after its last
+/// renewal. A handler that returns `Err` (or panics) gets the message again later, with a
+/// growing delay; one that returns `Ok` has it marked delivered. Each relay delivers in
+/// the order the messages were written, except that a failed one is retried later, and a
+/// message of a batch that waits longer than the timeout for its turn may go to an idle
+/// relay instead.
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
@@ -181,6 +193,33 @@ impl Message {
 /// relay.stop().await;
 /// # }
 /// ```
+///
+/// # One relay at a time
+///
+/// Several relays may share one database. A relay takes a batch of due messages under a
+/// token fresh for that take (the message's `holder`), which hides the batch from other
+/// relays for one [`delivery_timeout`](Relay::delivery_timeout). Right before handing a
+/// message to the application it claims that message alone: the claim counts the attempt
+/// and hides the message for another timeout, and it fails, so the relay skips the
+/// message, when another relay took it after this batch's hold ran out. While the
+/// application's handler runs, the relay renews that message's hold every third of the
+/// timeout. Marking the message delivered or failed, and giving back the rest of a batch
+/// on stop, are fenced by the token as well: they change nothing once another take has
+/// replaced it.
+///
+/// So while a relay is alive and renewing, no other relay delivers the message it is
+/// delivering, however long the handler takes, and a relay whose hold ran out can neither
+/// mark, fail, give back nor count a delivery another relay now runs.
+///
+/// # When a relay dies
+///
+/// A relay that dies (or hangs long enough to miss its renewals) leaves its message due
+/// one timeout after its last renewal; another relay then delivers it again, as the next
+/// [`attempt`](Message::attempt), with the same id. So delivery is at least once across
+/// crashes, not exactly once: a relay that dies after the consumer acted but before
+/// marking the message delivered has it delivered again, and a relay stalled for longer
+/// than the timeout (a paused process, a database it cannot reach) may find the message
+/// delivered elsewhere while its own handler still runs. Consumers deduplicate by the id.
 pub struct Relay<DB: Backend = DefaultBackend> {
     pool: Pool<DB>,
     batch_size: u32,
@@ -246,9 +285,15 @@ impl<DB: Backend> Relay<DB> {
         self
     }
 
-    /// How long a taken message is hidden from other relays. A handler that takes longer
-    /// may see the message delivered again meanwhile (at least once, not exactly once);
-    /// a relay that dies mid-delivery has its messages delivered after this time.
+    /// How long a relay's hold on a message lasts without renewal.
+    ///
+    /// A batch the relay takes is hidden from other relays for this long; a message whose
+    /// turn comes later than that may have gone to another relay, and is then skipped.
+    /// Each message's delivery starts a hold of its own, renewed every third of this
+    /// time while the handler runs, so a slow handler never sees its message delivered
+    /// elsewhere meanwhile. A relay that dies mid-delivery, or stops running for longer
+    /// than this (its renewals miss), has the message delivered again by another relay
+    /// this long after its last renewal.
     ///
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
@@ -256,7 +301,14 @@ impl<DB: Backend> Relay<DB> {
     /// # let _ = relay;
     /// # }
     /// ```
+    ///
+    /// # Panics
+    /// If `timeout` is zero.
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "idem: a relay's delivery timeout must be longer than zero"
+        );
         self.delivery_timeout = timeout;
         self
     }
@@ -328,9 +380,10 @@ impl<DB: Backend> Relay<DB> {
         Fut: Future<Output = Result<(), E>>,
         E: fmt::Display,
     {
+        let holder = new_holder();
         let rows = {
             let mut conn = self.pool.acquire().await?;
-            DB::take_messages(&mut conn, self.batch_size, self.delivery_timeout).await?
+            DB::take_messages(&mut conn, self.batch_size, self.delivery_timeout, holder).await?
         };
         let taken = rows.len();
         let mut rows = rows.into_iter();
@@ -341,34 +394,106 @@ impl<DB: Backend> Relay<DB> {
                     .chain(rows.map(|row| row.id))
                     .collect();
                 let mut conn = self.pool.acquire().await?;
-                DB::release_messages(&mut conn, &ids).await?;
+                DB::release_messages(&mut conn, &ids, holder).await?;
                 break;
             }
-            let message = Message::from_row(row);
+            // The take's hold covers the whole batch for one timeout; by the time this
+            // message's turn comes it may have run out and another relay taken it.
+            let claimed = {
+                let mut conn = self.pool.acquire().await?;
+                DB::claim_message(&mut conn, &row.id, holder, self.delivery_timeout).await?
+            };
+            let Some(attempt) = claimed else {
+                tracing::debug!(message = %row.id, "outbox message taken by another relay meanwhile; skipped");
+                continue;
+            };
+            let message = Message::from_row(row, attempt);
             let id = message.id.clone();
             let attempt = message.attempt;
-            // A connection is held only for the bookkeeping, never while the application's
-            // handler runs (it may need the pool itself).
-            match AssertUnwindSafe(handler(message)).catch_unwind().await {
+            match self.handle(handler, message, holder).await {
                 Ok(Ok(())) => {
                     let mut conn = self.pool.acquire().await?;
-                    DB::mark_delivered(&mut conn, &id).await?;
+                    if !DB::mark_delivered(&mut conn, &id, holder).await? {
+                        tracing::warn!(message = %id, attempt, "outbox message handled, but another relay took it first and delivers it again");
+                    }
                 }
                 Ok(Err(error)) => {
                     let error = error.to_string();
                     tracing::warn!(message = %id, attempt, %error, "outbox delivery failed; will retry");
-                    self.failed(&id, attempt, &error).await?;
+                    self.failed(&id, holder, attempt, &error).await?;
                 }
                 Err(_) => {
                     tracing::error!(message = %id, attempt, "outbox handler panicked; will retry");
-                    self.failed(&id, attempt, "the handler panicked").await?;
+                    self.failed(&id, holder, attempt, "the handler panicked")
+                        .await?;
                 }
             }
         }
         Ok(taken)
     }
 
-    async fn failed(&self, id: &str, attempt: u32, error: &str) -> Result<(), sqlx::Error> {
+    /// Runs the application's handler on one message while renewing the message's hold
+    /// beside it, on the same task: the hold ends `delivery_timeout` after the last
+    /// renewal, so only a relay that stopped running (died, or hung) loses its message.
+    async fn handle<H, Fut, E>(
+        &self,
+        handler: &H,
+        message: Message,
+        holder: i64,
+    ) -> std::thread::Result<Result<(), E>>
+    where
+        H: Fn(Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        let id = message.id.clone();
+        let (done, handled) = oneshot::channel::<()>();
+        // A connection is held only for the bookkeeping, never while the application's
+        // handler runs (it may need the pool itself).
+        let handling = async move {
+            let outcome = AssertUnwindSafe(handler(message)).catch_unwind().await;
+            let _ = done.send(());
+            outcome
+        };
+        let (outcome, ()) = tokio::join!(handling, self.keep_held(&id, holder, handled));
+        outcome
+    }
+
+    /// Renews the hold every third of the timeout until `handled` fires. A renewal under
+    /// way when the handler ends is finished, not dropped halfway through its statement.
+    async fn keep_held(&self, id: &str, holder: i64, mut handled: oneshot::Receiver<()>) {
+        let every = self.delivery_timeout / 3;
+        loop {
+            tokio::select! {
+                _ = &mut handled => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let renewed = match self.pool.acquire().await {
+                Ok(mut conn) => {
+                    DB::renew_message(&mut conn, id, holder, self.delivery_timeout).await
+                }
+                Err(error) => Err(error),
+            };
+            match renewed {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Renewing again cannot win the message back; marking it will fail too.
+                    tracing::warn!(message = %id, "outbox hold ran out before it was renewed; another relay took the message and may deliver it at the same time");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(message = %id, %error, "outbox relay: renewing a hold failed; retrying");
+                }
+            }
+        }
+    }
+
+    async fn failed(
+        &self,
+        id: &str,
+        holder: i64,
+        attempt: u32,
+        error: &str,
+    ) -> Result<(), sqlx::Error> {
         let doublings = attempt.saturating_sub(1).min(20);
         let delay = self
             .first_retry
@@ -376,7 +501,10 @@ impl<DB: Backend> Relay<DB> {
             .min(self.max_retry);
         let error: String = error.chars().take(MAX_ERROR_LEN).collect();
         let mut conn = self.pool.acquire().await?;
-        DB::mark_failed(&mut conn, id, delay, &error).await
+        if !DB::mark_failed(&mut conn, id, holder, delay, &error).await? {
+            tracing::warn!(message = %id, attempt, "outbox message failed, but another relay took it first");
+        }
+        Ok(())
     }
 
     async fn purge(&self) -> Result<(), sqlx::Error> {
@@ -465,6 +593,15 @@ impl<DB: Backend> Relay<DB> {
             }
         }
     }
+}
+
+/// A token for one take: the output of a hasher with fresh random keys (std seeds them
+/// from the operating system and varies them for every `RandomState`). A token only has
+/// to differ from every other take's, which 64 random bits do but for a 1 in 2^64 chance,
+/// and drawing it here costs no round trip to the database (SQLite has no sequences).
+fn new_holder() -> i64 {
+    let bits = RandomState::new().build_hasher().finish();
+    i64::from_ne_bytes(bits.to_ne_bytes())
 }
 
 /// Set by `stop`, or implied when the handle is gone.

@@ -177,36 +177,65 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         payload: &str,
     ) -> impl Future<Output = Result<String, sqlx::Error>>;
 
-    /// Takes up to `limit` due messages and hides them from other relays for `hold`.
+    /// Takes up to `limit` due messages for the take `holder` (a token fresh for each
+    /// take) and hides them from other relays for `hold`. Counts no attempt.
     #[doc(hidden)]
     fn take_messages(
         conn: &mut Self::Connection,
         limit: u32,
         hold: Duration,
+        holder: i64,
     ) -> impl Future<Output = Result<Vec<OutboxRow>, sqlx::Error>> + Send;
 
-    /// Marks a message delivered.
+    /// Starts a delivery of a message the take `holder` holds: hides it for `hold` from
+    /// now and counts the attempt, which it returns (1 the first time). `None` when
+    /// another take holds the message now, or it was delivered.
+    #[doc(hidden)]
+    fn claim_message(
+        conn: &mut Self::Connection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> impl Future<Output = Result<Option<i32>, sqlx::Error>> + Send;
+
+    /// Hides a message in delivery for `hold` from now, if the take `holder` still holds
+    /// it; false when it does not.
+    #[doc(hidden)]
+    fn renew_message(
+        conn: &mut Self::Connection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Marks a message delivered, if the take `holder` still holds it; false when it does
+    /// not (nothing is written then).
     #[doc(hidden)]
     fn mark_delivered(
         conn: &mut Self::Connection,
         id: &str,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+        holder: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
-    /// Schedules another delivery of a message after `retry_in`.
+    /// Schedules another delivery of a message after `retry_in`, if the take `holder`
+    /// still holds it; false when it does not (nothing is written then).
     #[doc(hidden)]
     fn mark_failed(
         conn: &mut Self::Connection,
         id: &str,
+        holder: i64,
         retry_in: Duration,
         error: &str,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
-    /// Makes taken messages due again at once (the relay stops before delivering them).
+    /// Makes messages the take `holder` still holds due again at once (the relay stops
+    /// before delivering them); returns how many it gave back.
     #[doc(hidden)]
     fn release_messages(
         conn: &mut Self::Connection,
         ids: &[String],
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+        holder: i64,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
     /// Deletes up to `limit` messages delivered more than `age` ago.
     #[doc(hidden)]
@@ -483,7 +512,6 @@ pub struct OutboxRow {
     pub id: String,
     pub topic: String,
     pub payload: String,
-    pub attempt: i32,
     pub seq: i64,
 }
 

@@ -270,25 +270,53 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         limit: u32,
         hold: Duration,
+        holder: i64,
     ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-        outbox::take(conn, limit, hold).await
+        outbox::take(conn, limit, hold, holder).await
     }
 
-    async fn mark_delivered(conn: &mut PgConnection, id: &str) -> Result<(), sqlx::Error> {
-        outbox::mark_delivered(conn, id).await
+    async fn claim_message(
+        conn: &mut PgConnection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> Result<Option<i32>, sqlx::Error> {
+        outbox::claim(conn, id, holder, hold).await
+    }
+
+    async fn renew_message(
+        conn: &mut PgConnection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        outbox::renew(conn, id, holder, hold).await
+    }
+
+    async fn mark_delivered(
+        conn: &mut PgConnection,
+        id: &str,
+        holder: i64,
+    ) -> Result<bool, sqlx::Error> {
+        outbox::mark_delivered(conn, id, holder).await
     }
 
     async fn mark_failed(
         conn: &mut PgConnection,
         id: &str,
+        holder: i64,
         retry_in: Duration,
         error: &str,
-    ) -> Result<(), sqlx::Error> {
-        outbox::mark_failed(conn, id, retry_in, error).await
+    ) -> Result<bool, sqlx::Error> {
+        outbox::mark_failed(conn, id, holder, retry_in, error).await
     }
 
-    async fn release_messages(conn: &mut PgConnection, ids: &[String]) -> Result<(), sqlx::Error> {
-        outbox::release(conn, ids).await
+    async fn release_messages(
+        conn: &mut PgConnection,
+        ids: &[String],
+        holder: i64,
+    ) -> Result<u64, sqlx::Error> {
+        outbox::release(conn, ids, holder).await
     }
 
     async fn purge_delivered(
