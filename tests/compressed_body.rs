@@ -208,7 +208,11 @@ async fn the_limit_applies_to_the_decoded_size<DB: TestBackend>() {
     plain.resize(64 << 20, b' ');
     for encoding in ENCODINGS {
         let compressed = compress(encoding, &plain);
-        assert!(compressed.len() < 2 << 20, "{encoding}: {}", compressed.len());
+        assert!(
+            compressed.len() < 2 << 20,
+            "{encoding}: {}",
+            compressed.len()
+        );
         let req = TestRequest::post()
             .uri("/orders")
             .insert_header(("x-account-id", ALICE.to_string()))

@@ -144,12 +144,10 @@ impl Decimal {
 
 fn decimal() -> impl Strategy<Value = Decimal> {
     // Long digit strings and exponents far past f64's range: exactness is the point.
-    (any::<bool>(), "[0-9]{1,40}", -400i64..400).prop_map(|(negative, digits, exponent)| {
-        Decimal {
-            negative,
-            digits,
-            exponent,
-        }
+    (any::<bool>(), "[0-9]{1,40}", -400i64..400).prop_map(|(negative, digits, exponent)| Decimal {
+        negative,
+        digits,
+        exponent,
     })
 }
 
@@ -164,15 +162,22 @@ struct NumberSpelling {
 }
 
 fn number_spelling() -> impl Strategy<Value = NumberSpelling> {
-    (0usize..48, 0usize..4, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
-        |(point, trailing_zeros, capital_e, plus_sign, omit_zero_exponent)| NumberSpelling {
-            point,
-            trailing_zeros,
-            capital_e,
-            plus_sign,
-            omit_zero_exponent,
-        },
+    (
+        0usize..48,
+        0usize..4,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
     )
+        .prop_map(
+            |(point, trailing_zeros, capital_e, plus_sign, omit_zero_exponent)| NumberSpelling {
+                point,
+                trailing_zeros,
+                capital_e,
+                plus_sign,
+                omit_zero_exponent,
+            },
+        )
 }
 
 /// `decimal` as JSON text, spelled `how`.
