@@ -237,7 +237,63 @@ async fn identity_and_unknown_encodings_are_the_bytes_as_sent<DB: TestBackend>()
     app.call(req).await.assert_replay_of(&first);
 }
 
+/// The example application behind a real HTTP server, and a real client: the body
+/// crosses a socket as the client compressed it.
+async fn over_http_a_compressed_order_and_the_plain_one_are_one_order<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
+    let idem = env.idem();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let base = format!("http://{}", listener.local_addr().expect("bound"));
+    let server = actix_web::HttpServer::new(move || {
+        let idem = idem.clone();
+        actix_web::App::new().configure(move |cfg| support::app::configure(cfg, &idem))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)
+    .expect("listens")
+    .run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+
+    let client = reqwest::Client::new();
+    let body = order_json("green tea", 2, 1299);
+    let send = |key: &str, encoding: Option<&str>| {
+        let mut req = client
+            .post(format!("{base}/orders"))
+            .header("x-account-id", ALICE.to_string())
+            .header("idempotency-key", key)
+            .header("content-type", "application/json");
+        let payload = match encoding {
+            Some(encoding) => {
+                req = req.header("content-encoding", encoding);
+                compress(encoding, body.as_bytes())
+            }
+            None => body.clone().into_bytes(),
+        };
+        req.body(payload).send()
+    };
+    for encoding in ENCODINGS {
+        let key = format!("http-{encoding}");
+        let first = send(&key, Some(encoding)).await.expect("a response");
+        assert_eq!(first.status(), 201, "{encoding}");
+        assert!(first.headers().get("idempotent-replayed").is_none());
+        let first_body = first.bytes().await.expect("a body");
+        let again = send(&key, None).await.expect("a response");
+        assert_eq!(again.status(), 201, "{encoding}");
+        assert_eq!(again.headers()["idempotent-replayed"], "true", "{encoding}");
+        assert_eq!(
+            again.bytes().await.expect("a body"),
+            first_body,
+            "{encoding}"
+        );
+    }
+    assert_eq!(env.orders().await, ENCODINGS.len() as i64);
+    handle.stop(true).await;
+}
+
 support::backend_tests!(
+    over_http_a_compressed_order_and_the_plain_one_are_one_order,
     a_compressed_order_then_the_same_order_plain_is_one_order,
     the_plain_order_first_then_compressed_is_a_replay,
     a_different_body_compressed_is_still_a_mismatch,
