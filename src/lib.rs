@@ -72,8 +72,11 @@
 //!   on every retry of it.
 //! - Keys are scoped by the parameter named in `scope = ..`, whose type implements
 //!   [`ScopeKey`]: one caller's key never matches, blocks or reveals another's.
-//! - The fingerprint covers the method, the path with its query, and the body; JSON bodies
-//!   are canonicalized, so key order and whitespace do not count as a change.
+//! - The fingerprint covers what the handler's extractors read: the method, the path, the
+//!   query's parameters (decoded, in name order) and the body decoded from its
+//!   `Content-Encoding`; JSON bodies are canonicalized (member order, whitespace and the
+//!   spelling of a number do not count, its exact value does) and form fields are
+//!   compared like the query. [`Fingerprint`] says exactly how.
 //! - Keys live for the handler's `retention` (24 hours at least, the default).
 //!
 //! # Writing through the transaction

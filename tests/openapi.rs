@@ -89,7 +89,7 @@ fn idempotent_operations_document_the_key_its_retention_and_the_problems() {
             "scope": "account",
             "retention": "PT36H",
             "retention_seconds": 129600,
-            "fingerprint": "method, path with query, and body (JSON bodies canonicalized)",
+            "fingerprint": "method, path, query parameters by name, and body decoded from its Content-Encoding (JSON canonicalized with exact numbers, form fields by name)",
             "key_max_length": 255,
         })
     );

@@ -16,6 +16,7 @@ use futures_util::FutureExt;
 use serde_json::{Map, Value};
 use tracing::Instrument;
 
+use crate::decode::{self, DecodeError};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::metrics::timed;
@@ -34,14 +35,19 @@ pub struct Prepared<DB: Backend> {
     pub(crate) idem: Idem<DB>,
     pub(crate) policy: &'static Policy,
     pub(crate) req: HttpRequest,
+    /// The body as sent, for the extractors, which decode it themselves.
     pub(crate) body: Bytes,
+    /// The body decoded from its `Content-Encoding`, for the fingerprint: what the
+    /// extractors read. The same bytes as `body` when nothing is to be decoded.
+    pub(crate) content: Bytes,
 }
 
-/// What identifies a request to the key store: its key, method, path and fingerprint.
+/// What identifies a request to the key store: its key, method, target (the path and the
+/// canonical query, see [`Fingerprint::canonical_target`]) and fingerprint.
 pub(crate) struct Identity<'a> {
     pub(crate) key: IdempotencyKey,
     pub(crate) method: &'a str,
-    pub(crate) path: &'a str,
+    pub(crate) path: Cow<'a, str>,
     pub(crate) fingerprint: Fingerprint,
 }
 
@@ -57,15 +63,17 @@ impl Identity<'_> {
             key: self.key.as_str(),
             fingerprint: self.fingerprint,
             method: self.method,
-            path: self.path,
+            path: &self.path,
             retention,
             claim_wait,
         }
     }
 }
 
-/// Buffers the body (413 past the limit) so each extractor can read it. The key is
-/// checked after the extractors, so that e.g. an unauthenticated request gets the
+/// Buffers the body (413 past the limit) so each extractor can read it, and decodes its
+/// `Content-Encoding` for the fingerprint (413 when the decoded content is past the limit,
+/// 400 when it does not decode), before any extractor could inflate it unbounded. The key
+/// is checked after the extractors, so that e.g. an unauthenticated request gets the
 /// application's 401 rather than a 400 about its key.
 #[doc(hidden)]
 pub async fn prepare<DB: Backend>(
@@ -96,11 +104,22 @@ pub async fn prepare<DB: Backend>(
         Ok(Err(error)) => return Err(error.error_response()),
         Err(BodyLimitExceeded { .. }) => return Err(too_large()),
     };
+    let content = match decode::content(req.headers(), &body, limit) {
+        Ok(content) => content,
+        Err(DecodeError::TooLarge) => return Err(too_large()),
+        Err(DecodeError::Invalid { encoding, error }) => {
+            return Err(ProblemKind::EncodingInvalid.response(format!(
+                "the request body is not valid `{encoding}` data, as its Content-Encoding \
+                 says: {error}"
+            )));
+        }
+    };
     Ok(Prepared {
         idem,
         policy,
         req,
         body,
+        content,
     })
 }
 
@@ -132,8 +151,8 @@ impl<DB: Backend> Prepared<DB> {
         &self.req
     }
 
-    /// A fresh payload over the buffered body: extractors see the bytes that are
-    /// fingerprinted.
+    /// A fresh payload over the buffered body as sent: extractors decode it as they
+    /// would without idem, into the content that is fingerprinted.
     pub fn payload(&self) -> Payload {
         Payload::from(self.body.clone())
     }
@@ -175,13 +194,14 @@ impl<DB: Backend> Prepared<DB> {
             }
         };
         let method = self.req.method().as_str();
-        let path = self
-            .req
-            .uri()
-            .path_and_query()
-            .map_or_else(|| self.req.path(), |pq| pq.as_str());
+        let path = Fingerprint::canonical_target(
+            self.req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| self.req.path(), |pq| pq.as_str()),
+        );
         let fingerprint =
-            match Fingerprint::of_request(method, path, self.req.headers(), &self.body) {
+            match Fingerprint::of_request(method, &path, self.req.headers(), &self.content) {
                 Ok(fingerprint) => fingerprint,
                 Err(error) => {
                     return Err((

@@ -5,6 +5,7 @@
 //! with the attribute macro.
 
 mod config;
+mod decode;
 #[cfg(feature = "encryption")]
 pub mod encryption;
 #[cfg(not(feature = "encryption"))]

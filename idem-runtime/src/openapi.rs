@@ -213,7 +213,7 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
         "scope": policy.scope(),
         "retention": iso_duration(retention),
         "retention_seconds": retention,
-        "fingerprint": "method, path with query, and body (JSON bodies canonicalized)",
+        "fingerprint": "method, path, query parameters by name, and body decoded from its Content-Encoding (JSON canonicalized with exact numbers, form fields by name)",
         "key_max_length": MAX_KEY_LEN,
     });
     // The phased form: how long a crashed attempt holds the key before a retry resumes it.

@@ -9,6 +9,7 @@
 //! | 400 | `#idempotency-key-missing` | the endpoint requires a key and none was sent |
 //! | 400 | `#idempotency-key-invalid` | empty, over 255 characters, not visible ASCII, malformed quoting, or sent twice |
 //! | 400 | `#request-body-invalid` | the body claims to be JSON and is not |
+//! | 400 | `#request-body-encoding-invalid` | the body does not decode as its `Content-Encoding` (`gzip`, `deflate`, `br` or `zstd`) says |
 //! | 409 | `#request-in-progress` | the same key is still being processed; `Retry-After: 1` |
 //! | 413 | `#request-body-too-large` | the body exceeds [`Idem::max_request_bytes`](crate::Idem::max_request_bytes) |
 //! | 422 | `#idempotency-key-reused` | the key was used for a different request; `mismatch` says `"method_or_path"` or `"body"` |
@@ -34,6 +35,11 @@
 //! Keys are 1 to 255 visible ASCII characters, bare or as a Structured Field string.
 //! # request-body-invalid
 //! A body sent with a JSON content type must parse as JSON.
+//! # request-body-encoding-invalid
+//! A body sent with `Content-Encoding: gzip`, `deflate`, `br` or `zstd` must be a
+//! complete, valid stream of that encoding: idem decodes it to fingerprint what the
+//! handler reads. Refused before the handler's extractors run and before anything is
+//! stored.
 //! # request-in-progress
 //! Another request with this key has not finished. Retry after the `Retry-After` delay.
 //! # request-body-too-large
@@ -108,6 +114,8 @@ pub enum ProblemKind {
     KeyInvalid,
     /// 400: a JSON content type with a body that is not JSON.
     BodyInvalid,
+    /// 400: a body that does not decode as its `Content-Encoding` says.
+    EncodingInvalid,
     /// 409: the key is in use by a request that has not finished.
     InProgress,
     /// 413: the request body is larger than the configured limit.
@@ -143,6 +151,7 @@ impl ProblemKind {
             Self::KeyMissing => "idempotency-key-missing",
             Self::KeyInvalid => "idempotency-key-invalid",
             Self::BodyInvalid => "request-body-invalid",
+            Self::EncodingInvalid => "request-body-encoding-invalid",
             Self::InProgress => "request-in-progress",
             Self::BodyTooLarge => "request-body-too-large",
             Self::KeyReused => "idempotency-key-reused",
@@ -167,7 +176,9 @@ impl ProblemKind {
     /// The HTTP status this problem is sent with.
     pub fn status(self) -> StatusCode {
         match self {
-            Self::KeyMissing | Self::KeyInvalid | Self::BodyInvalid => StatusCode::BAD_REQUEST,
+            Self::KeyMissing | Self::KeyInvalid | Self::BodyInvalid | Self::EncodingInvalid => {
+                StatusCode::BAD_REQUEST
+            }
             Self::InProgress => StatusCode::CONFLICT,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
@@ -188,6 +199,7 @@ impl ProblemKind {
             Self::KeyMissing => "Idempotency-Key header missing",
             Self::KeyInvalid => "Idempotency-Key header invalid",
             Self::BodyInvalid => "Request body is not valid JSON",
+            Self::EncodingInvalid => "Request body does not decode as its Content-Encoding says",
             Self::InProgress => "A request with this Idempotency-Key is in progress",
             Self::BodyTooLarge => "Request body too large",
             Self::KeyReused => "Idempotency-Key reused for a different request",

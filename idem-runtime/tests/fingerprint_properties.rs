@@ -120,3 +120,129 @@ proptest! {
         prop_assert_ne!(fingerprint(&original), fingerprint(&wrapped));
     }
 }
+
+/// An exact decimal: `-`? digits × 10^exponent, as the generator drew it.
+#[derive(Debug, Clone)]
+struct Decimal {
+    negative: bool,
+    digits: String,
+    exponent: i64,
+}
+
+impl Decimal {
+    /// One spelling per value: no leading or trailing zeros in the digits, zero unsigned.
+    fn normal(&self) -> (bool, String, i64) {
+        let digits = self.digits.trim_start_matches('0');
+        let kept = digits.trim_end_matches('0');
+        if kept.is_empty() {
+            return (false, String::new(), 0);
+        }
+        let exponent = self.exponent + (digits.len() - kept.len()) as i64;
+        (self.negative, kept.to_owned(), exponent)
+    }
+}
+
+fn decimal() -> impl Strategy<Value = Decimal> {
+    // Long digit strings and exponents far past f64's range: exactness is the point.
+    (any::<bool>(), "[0-9]{1,40}", -400i64..400).prop_map(|(negative, digits, exponent)| Decimal {
+        negative,
+        digits,
+        exponent,
+    })
+}
+
+/// How to write a decimal: where the point goes, zeros after it, how the exponent looks.
+#[derive(Debug, Clone)]
+struct NumberSpelling {
+    point: usize,
+    trailing_zeros: usize,
+    capital_e: bool,
+    plus_sign: bool,
+    omit_zero_exponent: bool,
+}
+
+fn number_spelling() -> impl Strategy<Value = NumberSpelling> {
+    (
+        0usize..48,
+        0usize..4,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(point, trailing_zeros, capital_e, plus_sign, omit_zero_exponent)| NumberSpelling {
+                point,
+                trailing_zeros,
+                capital_e,
+                plus_sign,
+                omit_zero_exponent,
+            },
+        )
+}
+
+/// `decimal` as JSON text, spelled `how`.
+fn write_number(decimal: &Decimal, how: &NumberSpelling) -> String {
+    // JSON allows no leading zeros in the integer part.
+    let digits = decimal.digits.trim_start_matches('0');
+    let digits = if digits.is_empty() { "0" } else { digits };
+    let point = how.point.min(digits.len());
+    let (int, frac) = digits.split_at(point);
+    let exponent = decimal.exponent + frac.len() as i64;
+    let mut out = String::new();
+    if decimal.negative {
+        out.push('-');
+    }
+    out.push_str(if int.is_empty() { "0" } else { int });
+    if !frac.is_empty() || how.trailing_zeros > 0 {
+        out.push('.');
+        out.push_str(frac);
+        out.push_str(&"0".repeat(how.trailing_zeros.max(usize::from(frac.is_empty()))));
+    }
+    if exponent != 0 || !how.omit_zero_exponent {
+        out.push(if how.capital_e { 'E' } else { 'e' });
+        if exponent >= 0 && how.plus_sign {
+            out.push('+');
+        }
+        out.push_str(&exponent.to_string());
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn spellings_of_one_exact_number_agree(
+        value in decimal(),
+        a in number_spelling(),
+        b in number_spelling(),
+    ) {
+        let (a, b) = (write_number(&value, &a), write_number(&value, &b));
+        prop_assert_eq!(
+            fingerprint(&format!("{{\"n\":{a}}}")),
+            fingerprint(&format!("{{\"n\":{b}}}")),
+            "{} vs {}", a, b
+        );
+    }
+
+    #[test]
+    fn different_exact_numbers_differ(
+        x in decimal(),
+        y in decimal(),
+        a in number_spelling(),
+        b in number_spelling(),
+    ) {
+        prop_assume!(x.normal() != y.normal());
+        let (a, b) = (write_number(&x, &a), write_number(&y, &b));
+        prop_assert_ne!(fingerprint(&format!("[{a}]")), fingerprint(&format!("[{b}]")), "{} vs {}", a, b);
+    }
+
+    #[test]
+    fn one_more_in_the_last_digit_is_another_number(
+        digits in "[1-9][0-9]{15,40}",
+    ) {
+        let mut next = digits.clone().into_bytes();
+        let last = next.len() - 1;
+        next[last] = if next[last] == b'9' { b'8' } else { next[last] + 1 };
+        let next = String::from_utf8(next).unwrap();
+        prop_assert_ne!(fingerprint(&format!("[{digits}]")), fingerprint(&format!("[{next}]")));
+    }
+}
