@@ -36,6 +36,10 @@ pub(crate) struct Report {
     receipts: usize,
     final_requests: usize,
     first_run_in_final: usize,
+    /// Keys not retried: answered, then let go by a jump.
+    let_go: usize,
+    /// Keys answered whose record is gone, swept after a jump caught it completed.
+    swept: usize,
     /// Keys with more than one life (a reuse after a jump and a sweep or reclaim).
     relived: usize,
     /// Keys a jump caught in progress (resumed afterwards, never started again).
@@ -47,14 +51,18 @@ pub(crate) struct Report {
 impl Report {
     pub(crate) fn describe(&self) -> String {
         format!(
-            "{} keys retried until complete ({} requests; {} of them ran only now, their \
-             earlier attempts having all failed or been abandoned); {} orders, {} payments, \
+            "{} keys retried until complete ({} requests; {} of them ran the handler: a first \
+             run after earlier attempts all failed or were abandoned, or a new operation on a \
+             key a jump let go); {} keys not retried, answered before a jump let them go ({} \
+             of them swept since); {} orders, {} payments, \
              {} provider charges ({} provider calls), {} receipts delivered; {} keys caught \
              in progress by a jump ({} of them finished and began a new life later), {} keys \
              with more than one life",
-            self.keys,
+            self.keys - self.let_go,
             self.final_requests,
             self.first_run_in_final,
+            self.let_go,
+            self.swept,
             self.orders,
             self.payments,
             self.charges,
@@ -105,9 +113,37 @@ pub(crate) async fn check(
         ..Report::default()
     };
     let before_final = load.attempts().len();
+    let mut catches: HashMap<(&str, &str), Vec<(Duration, &Caught)>> = HashMap::new();
+    for jump in jumps {
+        for caught in &jump.caught {
+            catches
+                .entry((caught.scope.as_str(), caught.key.as_str()))
+                .or_default()
+                .push((jump.at, caught));
+        }
+    }
 
-    // Every key, retried like a patient client until it has an outcome. A 422 means
-    // another body of the key won: that one is tried next.
+    // A key whose clients got its outcome and whose record a jump then let go (swept, or
+    // due to be) is done: a retry now would be a new operation, which tells nothing more
+    // and would leave the key with two lives to judge instead of one.
+    let retained = retained_keys(url).await?;
+    let answered: BTreeSet<usize> = load
+        .attempts()
+        .iter()
+        .filter(|a| matches!(a.outcome, Outcome::Answer { status, .. } if (200..300).contains(&status) || status == 402))
+        .map(|a| a.op)
+        .collect();
+    let let_go = |index: usize, op: &Op| {
+        let scope = op.account.to_string();
+        answered.contains(&index)
+            && !retained.contains(&(scope.clone(), op.key.clone()))
+            && catches
+                .get(&(scope.as_str(), op.key.as_str()))
+                .is_some_and(|c| c.iter().any(|(_, c)| c.completed))
+    };
+
+    // Every other key, retried like a patient client until it has an outcome. A 422
+    // means another body of the key won: that one is tried next.
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(PARALLEL)
         .build()
@@ -115,18 +151,25 @@ pub(crate) async fn check(
     let permits = Arc::new(Semaphore::new(PARALLEL));
     let mut tasks = Vec::new();
     for (index, op) in ops.iter().cloned().enumerate() {
+        if let_go(index, &op) {
+            report.let_go += 1;
+            continue;
+        }
         let (http, load, permits) = (http.clone(), Arc::clone(load), Arc::clone(&permits));
         let base = bases[index % bases.len()].clone();
-        tasks.push(tokio::spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            complete(&http, &base, &load, index, &op).await
-        }));
+        let op_name = (op.account, op.key.clone());
+        tasks.push((
+            op_name,
+            tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                complete(&http, &base, &load, index, &op).await
+            }),
+        ));
     }
-    for (task, op) in tasks.into_iter().zip(&ops) {
+    for ((account, key), task) in tasks {
         if !task.await.map_err(|e| format!("checker task: {e}"))? {
             report.violations.push(format!(
-                "account {} key {}: no outcome within {PATIENCE:?} of retries",
-                op.account, op.key
+                "account {account} key {key}: no outcome within {PATIENCE:?} of retries"
             ));
         }
     }
@@ -147,15 +190,6 @@ pub(crate) async fn check(
     report.charges = db.charges.len();
     report.provider_calls = db.charges.iter().map(|c| i64::from(c.3)).sum();
     report.receipts = db.receipts.len();
-    let mut catches: HashMap<(&str, &str), Vec<(Duration, &Caught)>> = HashMap::new();
-    for jump in jumps {
-        for caught in &jump.caught {
-            catches
-                .entry((caught.scope.as_str(), caught.key.as_str()))
-                .or_default()
-                .push((jump.at, caught));
-        }
-    }
     let effects = Effects::of(&ops, &db, &mut report.violations);
     for (index, op) in ops.iter().enumerate() {
         let scope = op.account.to_string();
@@ -186,6 +220,22 @@ pub(crate) async fn check(
         }
     }
     Ok(report)
+}
+
+/// The keys in progress, and the completed ones within their retention: the records a
+/// retry would find.
+async fn retained_keys(url: &str) -> Result<BTreeSet<(String, String)>, String> {
+    let pool = sqlx::PgPool::connect(url)
+        .await
+        .map_err(|e| format!("the checker cannot connect: {e}"))?;
+    let keys: Vec<(String, String)> = sqlx::query_as(
+        "SELECT scope, idem_key FROM idem_keys WHERE state = 'started' OR expires_at > now()",
+    )
+    .fetch_all(&pool)
+    .await
+    .map_err(|e| format!("read idem_keys: {e}"))?;
+    pool.close().await;
+    Ok(keys.into_iter().collect())
 }
 
 /// Sends `op` until one of its bodies gets an outcome; false when none did in time.
@@ -425,7 +475,14 @@ impl Key<'_> {
         if ended_after_finishing > 0 {
             report.finished_then_relived += 1;
         }
-        self.check_stored(db, lives.len() == 1, outcome, &seen, violations);
+        self.check_stored(
+            db,
+            lives.len() == 1,
+            outcome,
+            &seen,
+            violations,
+            &mut report.swept,
+        );
     }
 
     /// The answers to the key agree. With one life: one execution at most, every stored
@@ -646,6 +703,7 @@ impl Key<'_> {
         outcome: Option<(u16, Vec<u8>)>,
         seen: &[(u16, Vec<u8>)],
         violations: &mut Vec<String>,
+        swept: &mut usize,
     ) {
         let name = &self.name;
         let rows: Vec<i64> = match self.op.form {
@@ -672,6 +730,18 @@ impl Key<'_> {
         let stored = match self.stored {
             Some((_, _, state, Some(status), Some(body), ..)) if state == "completed" => {
                 (*status, body)
+            }
+            None if self.catches.iter().any(|(_, c)| c.completed) => {
+                // Swept after a jump caught it completed: only the rows are left to check.
+                *swept += 1;
+                let expected = usize::from(outcome_status == 201);
+                if one_life && rows.len() != expected {
+                    violations.push(format!(
+                        "{name}: answered {outcome_status} but has {} rows {rows:?}",
+                        rows.len()
+                    ));
+                }
+                return;
             }
             _ => {
                 violations.push(format!(

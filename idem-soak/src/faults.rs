@@ -169,18 +169,20 @@ enum Fault {
     Kill,
     Restart(StopMode),
     Outage,
-    Jump,
+    /// A retention jump and a sweep; with `kill_first`, while a process is dead (killed
+    /// just before, started again after the sweep), so the jump catches the requests it
+    /// was running in progress, as when a host stays down past the retention.
+    Jump { kill_first: bool },
 }
 
-/// A jump comes second, so even a short run (the smoke test) has one soon after a kill
-/// left keys in progress.
+/// A jump comes second, so even a short run (the smoke test) has one.
 const CYCLE: [Fault; 8] = [
     Fault::Kill,
-    Fault::Jump,
+    Fault::Jump { kill_first: true },
     Fault::Restart(StopMode::Fast),
     Fault::Kill,
     Fault::Restart(StopMode::Immediate),
-    Fault::Jump,
+    Fault::Jump { kill_first: false },
     Fault::Kill,
     Fault::Outage,
 ];
@@ -191,16 +193,18 @@ const JUMP_ALL_EVERY: usize = 4;
 /// process had stalled that long: a retry may take over while the attempt still runs.
 const LEASE_END_SHARE: f64 = 0.5;
 
-/// Moves a share of the keys past their retention (all when `share` is 1) and ends the
-/// lease of some of those in progress, in one statement; returns each key with the state
-/// it was caught in. `created_at` tells two lives of a single-transaction key apart (its
-/// generation stays 0); `generation` those of a phased key.
+/// Moves a share of the completed keys (all when `share` is 1) and every key in progress
+/// past its retention, and ends the lease of some of those in progress, in one statement;
+/// returns each key with the state it was caught in. Keys in progress are few at any
+/// moment and they are what a jump can break, so none is left out. `created_at` tells two
+/// lives of a single-transaction key apart (its generation stays 0); `generation` those
+/// of a phased key.
 const JUMP: &str = "\
 UPDATE idem_keys
    SET expires_at = now() - interval '1 second',
        locked_until = CASE WHEN state = 'started' AND random() < $2
                            THEN now() - interval '1 second' ELSE locked_until END
- WHERE $1 >= 1.0 OR random() < $1
+ WHERE state = 'started' OR $1 >= 1.0 OR random() < $1
 RETURNING scope, idem_key, state = 'completed', generation,
           (extract(epoch FROM created_at) * 1000000)::bigint,
           state = 'started' AND locked_until = now() - interval '1 second'";
@@ -252,8 +256,8 @@ impl Jump {
             Err(error) => format!("FAILED: {error}"),
         };
         format!(
-            "retention jump: {} keys of {:.0} % ({} completed, {} in progress, {} leases \
-             ended); {sweep}",
+            "retention jump: {} keys ({:.0} % of the completed ones; {} completed, {} in \
+             progress, {} leases ended); {sweep}",
             self.caught.len(),
             self.share * 100.0,
             self.completed(),
@@ -380,15 +384,29 @@ pub(crate) async fn inject(
                 .await;
                 format!("database outage: stopped for {} s", OUTAGE.as_secs())
             }
-            Fault::Jump => {
+            Fault::Jump { kill_first } => {
                 jumps += 1;
                 let share = if jumps % JUMP_ALL_EVERY == 0 {
                     1.0
                 } else {
-                    0.2 + 0.6 * rng.f64()
+                    0.05 + 0.3 * rng.f64()
                 };
+                let killed = kill_first.then(|| rng.usize(..fleet.instances.len()));
+                if let Some(index) = killed {
+                    fleet.kill(index).await;
+                }
                 let jump = jump(&pool, share, at).await;
-                let what = jump.describe();
+                let mut what = jump.describe();
+                if let Some(index) = killed {
+                    let restarted = fleet.launch(index).await;
+                    what = format!(
+                        "{what}; instance {index} killed before it and started again after{}",
+                        restarted
+                            .err()
+                            .map(|e| format!(" (FAILED: {e})"))
+                            .unwrap_or_default()
+                    );
+                }
                 injected.jumps.push(jump);
                 what
             }
