@@ -441,7 +441,11 @@ impl Key<'_> {
             .map(|(at, c)| {
                 format!(
                     "{} at {:.1} s (generation {}{})",
-                    if c.completed { "completed" } else { "in progress" },
+                    if c.completed {
+                        "completed"
+                    } else {
+                        "in progress"
+                    },
                     at.as_secs_f64(),
                     c.generation,
                     if c.lease_ended { ", lease ended" } else { "" }
@@ -524,7 +528,10 @@ impl Key<'_> {
         }
         let mut distinct: Vec<(u16, Vec<u8>)> = Vec::new();
         for s in &seen {
-            if !distinct.iter().any(|(st, b)| *st == s.status && b == s.body) {
+            if !distinct
+                .iter()
+                .any(|(st, b)| *st == s.status && b == s.body)
+            {
                 distinct.push((s.status, s.body.to_vec()));
             }
         }
@@ -676,12 +683,7 @@ impl Key<'_> {
             ));
         }
         if self.op.form == Form::Payment {
-            let keys: BTreeSet<&str> = self
-                .effects
-                .charges
-                .iter()
-                .map(|c| c.1.as_str())
-                .collect();
+            let keys: BTreeSet<&str> = self.effects.charges.iter().map(|c| c.1.as_str()).collect();
             if keys.len() > allowed {
                 violations.push(format!(
                     "{}: {} provider keys charged, at most {allowed} allowed ({because})",
@@ -762,10 +764,7 @@ impl Key<'_> {
             && let Some(id) = (stored_status == 201)
                 .then(|| names_a_row(stored_body))
                 .flatten()
-            && db
-                .payments
-                .iter()
-                .any(|p| p.0 == id && p.3 != "succeeded")
+            && db.payments.iter().any(|p| p.0 == id && p.3 != "succeeded")
         {
             violations.push(format!(
                 "{name}: the stored answer names payment {id}, which did not succeed"

@@ -172,7 +172,9 @@ enum Fault {
     /// A retention jump and a sweep; with `kill_first`, while a process is dead (killed
     /// just before, started again after the sweep), so the jump catches the requests it
     /// was running in progress, as when a host stays down past the retention.
-    Jump { kill_first: bool },
+    Jump {
+        kill_first: bool,
+    },
 }
 
 /// A jump comes second, so even a short run (the smoke test) has one.
@@ -340,9 +342,10 @@ pub(crate) async fn inject(
     {
         Ok(pool) => pool,
         Err(error) => {
-            injected
-                .faults
-                .push((Duration::ZERO, format!("no jumps: bad database URL: {error}")));
+            injected.faults.push((
+                Duration::ZERO,
+                format!("no jumps: bad database URL: {error}"),
+            ));
             return injected;
         }
     };
