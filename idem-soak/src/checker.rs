@@ -4,10 +4,10 @@
 //! A key lives once unless a jump moved it past its retention while it was completed:
 //! then a sweep (or a reuse, which reclaims it) may end that life and its next use starts
 //! a new operation. A key caught in progress must be resumed, never started again, so
-//! however many jumps catch it in progress it keeps one operation: one order or payment,
-//! one provider charge. Every life a key had is seen by the checker: a life can end only
-//! past its retention, which only a jump causes (and reports), and the last life is the
-//! row left at the end.
+//! however many jumps catch it in progress it keeps one operation (one order or payment,
+//! one provider charge) until it finishes; only then may it end like any completed key.
+//! Every life a key had is seen by the checker: a life can end only past its retention,
+//! which only a jump causes (and reports), and the last life is the row left at the end.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -92,6 +92,9 @@ type PaymentRow = (i64, i64, i64, String, Option<String>);
 
 /// A row of `provider_charges`: id, provider key, amount, requests.
 type ChargeRow = (i64, String, i64, i32);
+
+/// A status and the body bytes.
+type Answer = (u16, Vec<u8>);
 
 /// A stored outcome as a client saw it.
 struct Seen<'a> {
@@ -201,7 +204,7 @@ pub(crate) async fn check(
                 .get(&(scope.as_str(), op.key.as_str()))
                 .map_or(&[], Vec::as_slice),
             stored: db.keys.get(&(scope.clone(), op.key.clone())),
-            effects: &effects.of_op[index],
+            effects: &effects[index],
         };
         key.check(&db, &mut report);
     }
@@ -335,12 +338,9 @@ struct Effects<'a> {
     charges: Vec<&'a ChargeRow>,
 }
 
-struct EffectsByOp<'a> {
-    of_op: Vec<Effects<'a>>,
-}
-
 impl<'a> Effects<'a> {
-    fn of(ops: &[Op], db: &'a Database, violations: &mut Vec<String>) -> EffectsByOp<'a> {
+    /// The rows of each operation, by index; a row no operation sent is a violation.
+    fn of(ops: &[Op], db: &'a Database, violations: &mut Vec<String>) -> Vec<Effects<'a>> {
         let mut of_op: Vec<Effects<'a>> = ops.iter().map(|_| Effects::default()).collect();
         let mut order_owner = HashMap::new();
         let mut amount_owner = HashMap::new();
@@ -391,7 +391,7 @@ impl<'a> Effects<'a> {
                 )),
             }
         }
-        EffectsByOp { of_op }
+        of_op
     }
 }
 
@@ -494,12 +494,11 @@ impl Key<'_> {
     /// more, each life has its own answer and may be owned by another body, so only the
     /// statuses are checked here. Returns the outcome (the first seen) and every
     /// distinct outcome seen.
-    #[allow(clippy::type_complexity)]
     fn answers(
         &self,
         one_life: bool,
         violations: &mut Vec<String>,
-    ) -> (Option<(u16, Vec<u8>)>, Vec<(u16, Vec<u8>)>) {
+    ) -> (Option<Answer>, Vec<Answer>) {
         let name = &self.name;
         let mut seen = Vec::new();
         let mut mismatched = Vec::new();
@@ -526,7 +525,7 @@ impl Key<'_> {
                 }
             }
         }
-        let mut distinct: Vec<(u16, Vec<u8>)> = Vec::new();
+        let mut distinct: Vec<Answer> = Vec::new();
         for s in &seen {
             if !distinct
                 .iter()
@@ -702,8 +701,8 @@ impl Key<'_> {
         &self,
         db: &Database,
         one_life: bool,
-        outcome: Option<(u16, Vec<u8>)>,
-        seen: &[(u16, Vec<u8>)],
+        outcome: Option<Answer>,
+        seen: &[Answer],
         violations: &mut Vec<String>,
         swept: &mut usize,
     ) {
