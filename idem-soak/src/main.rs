@@ -1,9 +1,12 @@
-//! `idem-soak`: many clients send keyed `POST /orders` requests to several processes of
-//! the example service, with random reuse of keys, random retries and client timeouts and
-//! random payload mismatches, while processes are killed (SIGKILL) and started again and
-//! the database is restarted, cleanly and as in a crash. Afterwards a checker retries
-//! every key until it completes and verifies, from the database and the recorded answers,
-//! that idem kept its promise.
+//! `idem-soak`: many clients send keyed `POST /orders` (idem's single-transaction form)
+//! and `POST /payments` (the phased form, which charges the example's provider with a
+//! derived key) requests to several processes of the example service, with random reuse
+//! of keys, random retries and client timeouts and random payload mismatches, while
+//! processes are killed (SIGKILL) and started again, the database is restarted, cleanly
+//! and as in a crash, and time jumps: keys are moved past their retention (some leases
+//! ended too) and swept. Afterwards a checker retries every key until it completes and
+//! verifies, from the database, the recorded answers and the jumps, that idem kept its
+//! promise.
 //!
 //! ```text
 //! cargo run --release -p idem-soak -- --seconds 60 --requests 20000
@@ -127,7 +130,7 @@ async fn run(args: Args) -> Result<usize, String> {
         Some(task) => task
             .await
             .map_err(|e| format!("the injector failed: {e}"))?,
-        None => Vec::new(),
+        None => faults::Injected::default(),
     };
     let load_time = started.elapsed();
     // Whatever the last fault left down comes back before the checker runs.
@@ -143,12 +146,12 @@ async fn run(args: Args) -> Result<usize, String> {
         load_time.as_secs_f64(),
         sent.describe()
     );
-    println!("faults injected: {}", faults::describe(&injected));
-    for (at, fault) in &injected {
+    println!("faults injected: {}", injected.describe());
+    for (at, fault) in &injected.faults {
         println!("  {:>6.1} s  {fault}", at.as_secs_f64());
     }
 
-    let report = checker::check(&load, &fleet.bases(), &cluster.url()).await?;
+    let report = checker::check(&load, &fleet.bases(), &cluster.url(), &injected.jumps).await?;
     println!("checker: {}", report.describe());
     for violation in report.violations.iter().take(50) {
         println!("  violation: {violation}");

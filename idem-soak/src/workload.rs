@@ -1,6 +1,6 @@
 //! The clients: what they send, and the record of every attempt and its answer.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -10,12 +10,27 @@ const ACCOUNTS: i64 = 4;
 const CLIENTS_RECENT: usize = 16;
 /// Amounts over this are declined with 402, an outcome stored like a 201.
 const CARD_LIMIT_CENTS: i64 = 1_000_000;
+/// The share of new operations that are payments (the phased form); the others are orders.
+const PAYMENT_SHARE: f32 = 0.25;
+/// The first payment amount. Every payment body gets an amount of its own, counted up
+/// from here, so each payment and provider charge row names its key and body.
+const FIRST_PAYMENT_CENTS: i64 = 1_000;
+
+/// Which of the example's two forms an operation uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// `POST /orders`: the single-transaction form.
+    Order,
+    /// `POST /payments`: the phased form, which calls the provider with a derived key.
+    Payment,
+}
 
 /// One logical operation: a key of an account, its path and the bodies sent with it.
 /// `bodies[0]` is the operation's own body; later ones are mismatches (same key, another
 /// body), which must never take effect once the key has an outcome.
 #[derive(Debug, Clone)]
 pub(crate) struct Op {
+    pub(crate) form: Form,
     pub(crate) account: i64,
     pub(crate) key: String,
     pub(crate) path: String,
@@ -62,6 +77,7 @@ pub(crate) struct Load {
     bases: Vec<String>,
     sent: AtomicU64,
     counts: [AtomicU64; 4],
+    next_amount: AtomicI64,
     ops: Mutex<Vec<Op>>,
     attempts: Mutex<Vec<Attempt>>,
 }
@@ -125,6 +141,7 @@ impl Load {
             bases,
             sent: AtomicU64::new(0),
             counts: Default::default(),
+            next_amount: AtomicI64::new(FIRST_PAYMENT_CENTS),
             ops: Mutex::new(Vec::new()),
             attempts: Mutex::new(Vec::new()),
         })
@@ -210,10 +227,15 @@ impl Load {
             };
             if rng.f32() < 0.2 {
                 let op = &mut ops[index];
-                // Same item (the key), another quantity: a different request body.
-                let quantity = 10 + op.bodies.len();
-                let amount = rng.i64(100..10_000);
-                op.bodies.push(order_body(&op.key, quantity, amount));
+                let other = match op.form {
+                    // Same item (the key), another quantity: a different request body.
+                    Form::Order => {
+                        let quantity = 10 + op.bodies.len();
+                        order_body(&op.key, quantity, rng.i64(100..10_000))
+                    }
+                    Form::Payment => payment_body(self.payment_amount()),
+                };
+                op.bodies.push(other);
                 let body = op.bodies.len() - 1;
                 return ((index, op.clone()), body, Kind::Mismatch);
             }
@@ -221,6 +243,17 @@ impl Load {
         }
         let key = format!("soak-{client}-{made}");
         *made += 1;
+        if rng.f32() < PAYMENT_SHARE {
+            let op = Op {
+                form: Form::Payment,
+                account: rng.i64(1..=ACCOUNTS),
+                bodies: vec![payment_body(self.payment_amount())],
+                key,
+                path: "/payments".to_owned(),
+            };
+            ops.push(op.clone());
+            return ((ops.len() - 1, op), 0, Kind::New);
+        }
         let amount = if rng.f32() < 0.1 {
             2 * CARD_LIMIT_CENTS
         } else {
@@ -232,6 +265,7 @@ impl Load {
             "/orders".to_owned()
         };
         let op = Op {
+            form: Form::Order,
             account: rng.i64(1..=ACCOUNTS),
             bodies: vec![order_body(&key, rng.usize(1..=5), amount)],
             key,
@@ -241,11 +275,18 @@ impl Load {
         ((ops.len() - 1, op), 0, Kind::New)
     }
 
+    /// An amount no other payment body has.
+    fn payment_amount(&self) -> i64 {
+        self.next_amount.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// What was sent, for the report.
     pub(crate) fn summary(&self) -> Summary {
         let attempts = lock(&self.attempts);
+        let ops = lock(&self.ops);
         let mut summary = Summary {
-            ops: lock(&self.ops).len(),
+            ops: ops.len(),
+            payment_ops: ops.iter().filter(|op| op.form == Form::Payment).count(),
             new: self.counts[Kind::New as usize].load(Ordering::Relaxed),
             reuse: self.counts[Kind::Reuse as usize].load(Ordering::Relaxed),
             mismatch: self.counts[Kind::Mismatch as usize].load(Ordering::Relaxed),
@@ -254,6 +295,16 @@ impl Load {
         };
         for attempt in attempts.iter() {
             summary.requests += 1;
+            if ops[attempt.op].form == Form::Payment {
+                summary.payment_requests += 1;
+                match &attempt.outcome {
+                    Outcome::Answer { replayed: true, .. } => summary.payments_replayed += 1,
+                    Outcome::Answer {
+                        status: 200..=299, ..
+                    } => summary.payments_created += 1,
+                    _ => {}
+                }
+            }
             match &attempt.outcome {
                 Outcome::Answer {
                     status, replayed, ..
@@ -280,10 +331,20 @@ fn order_body(key: &str, quantity: usize, amount_cents: i64) -> String {
         .to_string()
 }
 
-/// Counts of what the clients sent and got.
+/// A payment body; the amount is the body's own (see [`FIRST_PAYMENT_CENTS`]).
+fn payment_body(amount_cents: i64) -> String {
+    serde_json::json!({ "amount_cents": amount_cents, "currency": "EUR" }).to_string()
+}
+
+/// Counts of what the clients sent and got (the checker's retries included, when taken
+/// after it ran).
 #[derive(Debug, Default)]
 pub(crate) struct Summary {
     ops: usize,
+    payment_ops: usize,
+    payment_requests: u64,
+    payments_created: u64,
+    payments_replayed: u64,
     requests: u64,
     new: u64,
     reuse: u64,
@@ -305,7 +366,8 @@ impl Summary {
         format!(
             "{} requests for {} keys ({} first sends, {} reuses of a key, {} with another \
              body, {} retries); answers: {} created, {} declined (402), {} replayed, {} 409, \
-             {} 422, {} 5xx, {} other; {} client timeouts, {} without an answer",
+             {} 422, {} 5xx, {} other; {} client timeouts, {} without an answer; of them \
+             payments: {} requests for {} keys, {} created, {} replayed",
             self.requests,
             self.ops,
             self.new,
@@ -320,7 +382,11 @@ impl Summary {
             self.server_errors,
             self.other,
             self.timeouts,
-            self.failed
+            self.failed,
+            self.payment_requests,
+            self.payment_ops,
+            self.payments_created,
+            self.payments_replayed
         )
     }
 }

@@ -1,5 +1,6 @@
-//! A short soak with faults, run with the tests: the program works end to end and its
-//! checker finds no violation. The full soak is a documented command (RELIABILITY.md).
+//! A short soak with faults, run with the tests: the program works end to end, orders and
+//! payments both go out, a retention jump and its sweep happen, and the checker finds no
+//! violation. The full soak is a documented command (RELIABILITY.md).
 
 use std::process::Command;
 
@@ -28,5 +29,8 @@ fn a_short_soak_with_faults_finds_no_violation() {
     assert!(stdout.contains("\nviolations: 0\n"), "{stdout}");
     assert!(stdout.contains("process kill: SIGKILL"), "{stdout}");
     assert!(stdout.contains("database restart: Fast"), "{stdout}");
+    assert!(stdout.contains("retention jump: "), "{stdout}");
+    assert!(stdout.contains("the sweep deleted "), "{stdout}");
+    assert!(!stdout.contains("payments: 0 requests"), "{stdout}");
     eprintln!("{stdout}");
 }
