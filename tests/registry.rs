@@ -45,6 +45,8 @@ fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
             // Generic over the database, so registered with `.route(..)`, without a
             // route attribute for the registry to see.
             ("app".to_owned(), "create_order", "account", 24 * 3600, None),
+            // The test support's handler that holds its key until a test lets it go.
+            ("held".to_owned(), "held", "account", 24 * 3600, None),
         ]
     );
 }
