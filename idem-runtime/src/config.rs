@@ -253,6 +253,9 @@ impl<DB: Backend> Idem<DB> {
         &self.settings.replay_headers
     }
 
+    // Only SQLite's `begin` reads it (PostgreSQL's claim sets its own lock timeout), so a
+    // build without the `sqlite` feature never calls it.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn begin_sql(&self) -> Arc<str> {
         Arc::clone(&self.settings.begin_sql)
     }

@@ -68,6 +68,7 @@ pub mod __private {
     /// which must measure exactly what the runtime sends: `CLAIM` binds $1..$6 as the
     /// key row's scope, key, fingerprint, method, path and retention and $7 the claim's
     /// wait in ms; `COMPLETE` binds scope, key, status, headers and body.
+    #[cfg(feature = "postgres")]
     pub mod postgres_sql {
         pub use crate::store::postgres::{CLAIM, COMPLETE};
     }
