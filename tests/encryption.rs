@@ -1,11 +1,15 @@
-//! The `encryption` feature, against PostgreSQL: what idem stores for replay is not the
-//! plaintext, replays return the plaintext, old keys still open after a rotation, and a
-//! value that does not open is answered with a 500 problem, never replayed.
+//! The `encryption` feature: what idem stores for replay is not the plaintext, replays
+//! return the plaintext, old keys still open after a rotation, and a value that does not
+//! open, or that should be sealed and is not, is answered with a 500 problem, never
+//! replayed. The generic tests run on both databases.
 
 mod support;
 
+use std::time::{Duration, SystemTime};
+
 use idem::encryption::Keyring;
-use support::{ALICE, Env, IDEM_PROBLEM, order_json, post_order};
+use sqlx::{Pool, Postgres, Sqlite};
+use support::{ALICE, Env, IDEM_PROBLEM, TestBackend, order_json, post_order};
 
 fn first() -> Keyring {
     Keyring::new("2026-05", [0x11; 32])
@@ -143,20 +147,6 @@ async fn a_tampered_row_gets_a_500_problem_not_garbage() {
         .assert_idem_problem(500, "stored-response-unreadable");
 }
 
-#[actix_web::test]
-async fn rows_stored_before_encryption_was_turned_on_still_replay() {
-    let env = Env::new().await;
-    let body = order_json("tea", 1, 100);
-    let plain = support::service(&env.idem()).await;
-    let created = plain.call(post_order(ALICE, "legacy", &body)).await;
-    created.assert_created();
-    let encrypted = support::service(&env.idem().encrypt_with(first())).await;
-    encrypted
-        .call(post_order(ALICE, "legacy", &body))
-        .await
-        .assert_replay_of(&created);
-}
-
 /// A phased handler whose answer names a secret.
 #[idem::idempotent(scope = account, lease = "1s")]
 #[actix_web::post("/test/phased-secret")]
@@ -186,3 +176,130 @@ async fn the_phased_form_stores_ciphertext_and_replays_plaintext() {
     assert!(!contains(&stored_body, b"phased secret"));
     app.call(request()).await.assert_replay_of(&created);
 }
+
+/// Reads and rewrites a key row's stored response as someone with write access to the
+/// database could. `$n` placeholders work on both databases.
+trait RowAccess: TestBackend {
+    /// `(response_headers, response_body)` as stored for `key`.
+    fn response(pool: &Pool<Self>, key: &str) -> impl Future<Output = (Vec<u8>, Vec<u8>)>;
+
+    /// Overwrites the stored response of `key`.
+    fn overwrite(
+        pool: &Pool<Self>,
+        key: &str,
+        headers: &[u8],
+        body: &[u8],
+    ) -> impl Future<Output = ()>;
+}
+
+macro_rules! row_access {
+    ($db:ty) => {
+        impl RowAccess for $db {
+            async fn response(pool: &Pool<Self>, key: &str) -> (Vec<u8>, Vec<u8>) {
+                sqlx::query_as(
+                    "SELECT response_headers, response_body FROM idem_keys WHERE idem_key = $1",
+                )
+                .bind(key)
+                .fetch_one(pool)
+                .await
+                .expect("the key row")
+            }
+
+            async fn overwrite(pool: &Pool<Self>, key: &str, headers: &[u8], body: &[u8]) {
+                let done = sqlx::query(
+                    "UPDATE idem_keys SET response_headers = $2, response_body = $3 \
+                      WHERE idem_key = $1",
+                )
+                .bind(key)
+                .bind(headers)
+                .bind(body)
+                .execute(pool)
+                .await
+                .expect("rewrite the stored response");
+                assert_eq!(done.rows_affected(), 1, "the key {key} exists");
+            }
+        }
+    };
+}
+row_access!(Postgres);
+row_access!(Sqlite);
+
+/// An attacker who can write to the database replaces a sealed response with a plaintext
+/// one of their choosing (the seal's marker gone): with a keyring, idem refuses it.
+async fn a_response_stripped_of_its_seal_is_not_replayed<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let app = support::service(&env.idem().encrypt_with(first())).await;
+    let body = order_json("tea", 1, 100);
+    app.call(post_order(ALICE, "stripped", &body))
+        .await
+        .assert_created();
+    let (headers, sealed) = DB::response(&env.pool, "stripped").await;
+    assert!(!contains(&sealed, b"tea"), "sealed to begin with");
+    assert!(!headers.is_empty());
+
+    let forged = br#"{"id":666,"item":"forged"}"#;
+    DB::overwrite(
+        &env.pool,
+        "stripped",
+        b"content-type: application/json\r\n",
+        forged,
+    )
+    .await;
+    let replay = app.call(post_order(ALICE, "stripped", &body)).await;
+    replay.assert_idem_problem(500, "stored-response-unreadable");
+    assert!(!replay.replayed());
+    assert!(!contains(&replay.body, b"forged"));
+
+    // Stripping only one of the two values is refused as well.
+    DB::overwrite(&env.pool, "stripped", &headers, forged).await;
+    app.call(post_order(ALICE, "stripped", &body))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+}
+
+/// Turning encryption on in a running deployment: rows stored before replay while the
+/// migration allowance lasts, and are refused once it has passed.
+async fn old_plaintext_rows_replay_only_during_the_migration_allowance<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let body = order_json("tea", 1, 100);
+    let plain = support::service(&env.idem()).await;
+    let created = plain.call(post_order(ALICE, "legacy", &body)).await;
+    created.assert_created();
+
+    let until = SystemTime::now() + Duration::from_secs(7 * 24 * 3600);
+    let migrating = support::service(
+        &env.idem()
+            .encrypt_with(first().allow_plaintext_until(until)),
+    )
+    .await;
+    migrating
+        .call(post_order(ALICE, "legacy", &body))
+        .await
+        .assert_replay_of(&created);
+    // New rows are sealed all the same.
+    let new = migrating.call(post_order(ALICE, "legacy-new", &body)).await;
+    new.assert_created();
+    let (_, sealed) = DB::response(&env.pool, "legacy-new").await;
+    assert!(!contains(&sealed, b"tea"));
+
+    let over = first().allow_plaintext_until(SystemTime::UNIX_EPOCH);
+    let after = support::service(&env.idem().encrypt_with(over)).await;
+    after
+        .call(post_order(ALICE, "legacy", &body))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+    let strict = support::service(&env.idem().encrypt_with(first())).await;
+    strict
+        .call(post_order(ALICE, "legacy", &body))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+    strict
+        .call(post_order(ALICE, "legacy-new", &body))
+        .await
+        .assert_replay_of(&new);
+}
+
+support::backend_tests!(
+    a_response_stripped_of_its_seal_is_not_replayed,
+    old_plaintext_rows_replay_only_during_the_migration_allowance,
+);

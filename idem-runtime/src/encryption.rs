@@ -17,8 +17,11 @@
 //!   retention), then drop them.
 //! - **Failures.** A value that does not open (tampered, or sealed by a key no longer in
 //!   the keyring) is never replayed: the request gets 500 `stored-response-unreadable`
-//!   and the error is logged. Values stored before encryption was turned on (no marker) are
-//!   replayed as they are.
+//!   and the error is logged. So is a response in clear: with a keyring, every response
+//!   idem stores is sealed, so one without the marker was written by someone else (or
+//!   before encryption was turned on). To turn encryption on in a running deployment, let
+//!   the older rows replay for the longest retention with
+//!   [`Keyring::allow_plaintext_until`].
 //!
 //! ```
 //! use idem_runtime::encryption::Keyring;
@@ -35,6 +38,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use actix_web::HttpResponse;
 use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
@@ -65,6 +69,8 @@ const NONCE_LEN: usize = 24;
 pub struct Keyring {
     current: (String, XChaCha20Poly1305),
     old: Vec<(String, XChaCha20Poly1305)>,
+    /// Until when values stored before encryption was turned on still replay.
+    plaintext_until: Option<SystemTime>,
 }
 
 impl Keyring {
@@ -81,6 +87,7 @@ impl Keyring {
         Self {
             current: (checked_id(id), cipher(key)),
             old: Vec::new(),
+            plaintext_until: None,
         }
     }
 
@@ -101,6 +108,37 @@ impl Keyring {
         );
         self.old.push((id, cipher(key)));
         self
+    }
+
+    /// Lets responses stored in clear (before encryption was turned on) replay until
+    /// `until`, for the migration of a running deployment: set it to the moment encryption
+    /// is turned on plus the longest retention, after which no such row is left.
+    ///
+    /// Without it, a keyring refuses every stored response that is not sealed (500
+    /// `stored-response-unreadable`): someone who can write to the database could otherwise
+    /// replace a sealed response with one of their own, in clear, and have it replayed to
+    /// the client. That is the trade-off of the allowance: while it lasts, such a forged
+    /// response is replayed. Responses stored while it lasts are sealed all the same.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use idem_runtime::encryption::Keyring;
+    ///
+    /// // Encryption turned on today; the longest retention is 7 days.
+    /// let turned_on = SystemTime::now();
+    /// let keyring = Keyring::new("2026-11", [0x5a; 32])
+    ///     .allow_plaintext_until(turned_on + Duration::from_secs(7 * 24 * 3600));
+    /// # let _ = keyring;
+    /// ```
+    pub fn allow_plaintext_until(mut self, until: SystemTime) -> Self {
+        self.plaintext_until = Some(until);
+        self
+    }
+
+    /// Whether a value stored in clear may replay now.
+    fn plaintext_allowed(&self) -> bool {
+        self.plaintext_until
+            .is_some_and(|until| SystemTime::now() < until)
     }
 
     /// The id of the key that seals new values.
@@ -158,13 +196,15 @@ impl Keyring {
 
 impl fmt::Debug for Keyring {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Keyring")
-            .field("current", &self.current.0)
-            .field(
-                "old",
-                &self.old.iter().map(|(id, _)| id).collect::<Vec<_>>(),
-            )
-            .finish()
+        let mut f = f.debug_struct("Keyring");
+        f.field("current", &self.current.0).field(
+            "old",
+            &self.old.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        );
+        if let Some(until) = self.plaintext_until {
+            f.field("plaintext_until", &until);
+        }
+        f.finish()
     }
 }
 
@@ -228,6 +268,17 @@ pub(crate) fn open(
         .response_status
         .and_then(|s| u16::try_from(s).ok())
         .unwrap_or(0);
+    if existing.completed
+        && let Some(keyring) = keyring
+        && !keyring.plaintext_allowed()
+        && [&existing.response_headers, &existing.response_body]
+            .iter()
+            .any(|value| !value.as_deref().is_some_and(|v| v.starts_with(MARKER)))
+    {
+        // Every response stored with a keyring is sealed, so one that is not was stored
+        // before encryption was turned on, or written by someone else.
+        return Err(unreadable("headers or body", "not sealed"));
+    }
     for (field, value) in [
         ("headers", &mut existing.response_headers),
         ("body", &mut existing.response_body),
@@ -236,7 +287,7 @@ pub(crate) fn open(
             continue;
         };
         if !stored.starts_with(MARKER) {
-            continue; // stored before encryption was turned on
+            continue; // stored in clear, and allowed above
         }
         let opened = match keyring {
             Some(keyring) => keyring.open(
@@ -247,20 +298,22 @@ pub(crate) fn open(
         };
         match opened {
             Ok(clear) => *value = Some(clear),
-            Err(reason) => {
-                tracing::error!(
-                    field,
-                    reason,
-                    "a stored response does not decrypt; not replayed"
-                );
-                let response = ProblemKind::StoredResponseUnreadable.response(
-                    "the stored response to this request cannot be read; nothing was replayed",
-                );
-                return Err((response, "unreadable"));
-            }
+            Err(reason) => return Err(unreadable(field, &reason)),
         }
     }
     Ok(existing)
+}
+
+/// The 500 a stored response gets instead of a replay when it cannot be trusted.
+fn unreadable(field: &str, reason: &str) -> (HttpResponse, &'static str) {
+    tracing::error!(
+        field,
+        reason,
+        "a stored response does not decrypt; not replayed"
+    );
+    let response = ProblemKind::StoredResponseUnreadable
+        .response("the stored response to this request cannot be read; nothing was replayed");
+    (response, "unreadable")
 }
 
 #[cfg(test)]
