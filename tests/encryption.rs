@@ -303,3 +303,66 @@ support::backend_tests!(
     a_response_stripped_of_its_seal_is_not_replayed,
     old_plaintext_rows_replay_only_during_the_migration_allowance,
 );
+
+/// A phased handler that commits a step, then answers 503: its key stays in progress,
+/// with its lease free, for an operator to resolve.
+#[idem::idempotent(scope = account, lease = "1s")]
+#[actix_web::post("/test/phased-unfinished")]
+async fn phased_unfinished(
+    account: support::app::Account,
+    phases: idem::Phases,
+) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+    let _ = account;
+    phases
+        .run("step", async |_tx| Ok::<_, idem::PhaseError>(1))
+        .await?;
+    Ok(actix_web::HttpResponse::ServiceUnavailable().finish())
+}
+
+#[actix_web::test]
+async fn an_operator_resolution_is_sealed_and_replays_in_an_encrypted_deployment() {
+    let env = Env::new().await;
+    let idem = env.idem().encrypt_with(first());
+    let app = support::service_with(&idem, |cfg| {
+        cfg.service(phased_unfinished);
+    })
+    .await;
+    let request = |key| support::post("/test/phased-unfinished", ALICE, key, "{}");
+    for key in ["resolved-sealed", "resolved-clear"] {
+        assert_eq!(app.call(request(key)).await.status, 503);
+    }
+
+    let answer = br#"{"state":"succeeded","card":"secret 4242"}"#;
+    let resolution = idem::Resolution::completed(201, "application/json", answer.to_vec());
+    let keep = Duration::from_secs(3600);
+    let scope = ALICE.to_string();
+    idem::resolve_key_with(&idem, &scope, "resolved-sealed", &resolution, keep)
+        .await
+        .expect("resolve");
+    let (headers, body) = stored(&env, "resolved-sealed").await;
+    assert!(!contains(&body, b"secret 4242"), "the answer is sealed");
+    assert!(
+        contains(&headers, b"2026-05"),
+        "by the keyring's current key"
+    );
+    let replay = app.call(request("resolved-sealed")).await;
+    assert_eq!(replay.status, 201);
+    assert!(replay.replayed());
+    assert_eq!(replay.header("content-type"), Some("application/json"));
+    assert_eq!(&replay.body[..], answer);
+
+    // Resolved without the keyring, the answer is in clear, and refused like any
+    // response in clear where a sealed one belongs.
+    idem::resolve_key(
+        env.idem().pool(),
+        &scope,
+        "resolved-clear",
+        &resolution,
+        keep,
+    )
+    .await
+    .expect("resolve");
+    app.call(request("resolved-clear"))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+}

@@ -240,7 +240,8 @@ fn associated_data(scope: &str, key: &str, status: u16, field: &str) -> Vec<u8> 
 /// holds a key, as they are otherwise.
 pub(crate) fn seal<'a>(
     keyring: &Slot,
-    claim: &ClaimRequest<'_>,
+    scope: &str,
+    key: &str,
     status: u16,
     headers: Vec<u8>,
     body: &'a [u8],
@@ -248,7 +249,7 @@ pub(crate) fn seal<'a>(
     let Some(keyring) = keyring else {
         return (headers, Cow::Borrowed(body));
     };
-    let aad = |field| associated_data(claim.scope, claim.key, status, field);
+    let aad = |field| associated_data(scope, key, status, field);
     (
         keyring.seal(&headers, &aad("headers")),
         Cow::Owned(keyring.seal(body, &aad("body"))),

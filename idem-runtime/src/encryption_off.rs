@@ -12,7 +12,8 @@ pub(crate) type Slot = ();
 
 pub(crate) fn seal<'a>(
     _: &Slot,
-    _: &ClaimRequest<'_>,
+    _: &str,
+    _: &str,
     _: u16,
     headers: Vec<u8>,
     body: &'a [u8],

@@ -446,8 +446,14 @@ impl<DB: Backend> Prepared<DB> {
     ) -> (u16, Vec<u8>, Cow<'a, [u8]>) {
         let status = head.status().as_u16();
         let headers = encode_headers(head.headers(), self.idem.replayed_headers());
-        let (headers, body) =
-            crate::encryption::seal(self.idem.keyring(), claim, status, headers, body);
+        let (headers, body) = crate::encryption::seal(
+            self.idem.keyring(),
+            claim.scope,
+            claim.key,
+            status,
+            headers,
+            body,
+        );
         (status, headers, body)
     }
 
