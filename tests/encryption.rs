@@ -299,9 +299,43 @@ async fn old_plaintext_rows_replay_only_during_the_migration_allowance<DB: RowAc
         .assert_replay_of(&new);
 }
 
+/// A key reused after its retention begins a new life (a new generation). The response
+/// sealed in an earlier life, copied into the new life's row, does not open there: the
+/// client gets a 500, never the old answer. Both ways a life ends are covered: the
+/// sweep deleted the row (the new request inserts afresh), or it had not yet (the new
+/// request reclaims the expired row).
+async fn an_earlier_lifes_response_does_not_open_in_a_later_life<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let app = support::service(&env.idem().encrypt_with(first())).await;
+    let body = order_json("tea", 1, 100);
+    for (key, deleted) in [("reused-deleted", true), ("reused-reclaimed", false)] {
+        let old = app.call(post_order(ALICE, key, &body)).await;
+        old.assert_created();
+        let (old_headers, old_body) = DB::response(&env.pool, key).await;
+        DB::expire_key(&env.pool, key).await;
+        if deleted {
+            let sql = format!("DELETE FROM idem_keys WHERE idem_key = '{key}'");
+            DB::texts(&env.pool, &sql).await;
+        }
+
+        let new = app.call(post_order(ALICE, key, &body)).await;
+        new.assert_created();
+        assert_ne!(new.body, old.body, "{key}: a new order");
+        app.call(post_order(ALICE, key, &body))
+            .await
+            .assert_replay_of(&new);
+
+        DB::overwrite(&env.pool, key, &old_headers, &old_body).await;
+        let replay = app.call(post_order(ALICE, key, &body)).await;
+        replay.assert_idem_problem(500, "stored-response-unreadable");
+        assert!(!replay.replayed(), "{key}");
+    }
+}
+
 support::backend_tests!(
     a_response_stripped_of_its_seal_is_not_replayed,
     old_plaintext_rows_replay_only_during_the_migration_allowance,
+    an_earlier_lifes_response_does_not_open_in_a_later_life,
 );
 
 /// A phased handler that commits a step, then answers 503: its key stays in progress,

@@ -336,20 +336,24 @@ async fn resolve<DB: Backend>(
             .expect("checked when the resolution was made"),
     );
     let headers = encode_headers(&headers, &[actix_web::http::header::CONTENT_TYPE]);
-    let (headers, body) = crate::encryption::seal(
-        keyring,
+    // The answer is sealed to the row's generation; the update below applies only to that
+    // generation, which a key in progress keeps until it completes.
+    let Some(generation) = DB::generation_of(pool, scope, key).await? else {
+        return Err(ResolveError::NotFound);
+    };
+    let row = crate::encryption::Row {
         scope,
         key,
-        resolution.status,
-        headers,
-        &resolution.body,
-    );
+        generation,
+        status: resolution.status,
+    };
+    let (headers, body) = crate::encryption::seal(keyring, &row, headers, &resolution.body);
     let response = StoredResponse {
         status: resolution.status,
         headers: &headers,
         body: &body,
     };
-    match DB::resolve_key(pool, scope, key, &response, keep).await? {
+    match DB::resolve_key(pool, scope, key, generation, &response, keep).await? {
         Resolved::Done => {
             tracing::info!(
                 scope,

@@ -172,6 +172,7 @@ impl Row {
                 self.response_status,
                 self.response_headers,
                 self.response_body,
+                self.generation,
             ),
         }
     }
