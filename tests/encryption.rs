@@ -149,10 +149,9 @@ async fn a_tampered_row_gets_a_500_problem_not_garbage() {
 
 /// A phased handler whose answer names a secret.
 #[idem::idempotent(scope = account, lease = "1s")]
-#[actix_web::post("/test/phased-secret")]
-async fn phased_secret(
+async fn phased_secret<DB: TestBackend>(
     account: support::app::Account,
-    phases: idem::Phases,
+    phases: idem::Phases<DB>,
 ) -> Result<actix_web::HttpResponse, idem::PhaseError> {
     let _ = account;
     let n: i32 = phases
@@ -161,20 +160,34 @@ async fn phased_secret(
     Ok(actix_web::HttpResponse::Created().body(format!("phased secret {n}")))
 }
 
-#[actix_web::test]
-async fn the_phased_form_stores_ciphertext_and_replays_plaintext() {
-    let env = Env::new().await;
+/// The phased form seals too, to the life of the key: after the retention the key
+/// starts a new generation, and the old life's response copied into its row does not
+/// open.
+async fn the_phased_form_stores_ciphertext_sealed_to_the_keys_life<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
     let app = support::service_with(&env.idem().encrypt_with(first()), |cfg| {
-        cfg.service(phased_secret);
+        cfg.route(
+            "/test/phased-secret",
+            actix_web::web::post().to(phased_secret::<DB>),
+        );
     })
     .await;
     let request = || support::post("/test/phased-secret", ALICE, "phased-enc", "{}");
     let created = app.call(request()).await;
     assert_eq!(created.status, 201);
     assert_eq!(&created.body[..], b"phased secret 7");
-    let (_, stored_body) = stored(&env, "phased-enc").await;
-    assert!(!contains(&stored_body, b"phased secret"));
+    let (old_headers, old_body) = DB::response(&env.pool, "phased-enc").await;
+    assert!(!contains(&old_body, b"phased secret"));
     app.call(request()).await.assert_replay_of(&created);
+
+    DB::expire_key(&env.pool, "phased-enc").await;
+    let again = app.call(request()).await;
+    assert_eq!(again.status, 201);
+    assert!(!again.replayed(), "a new life of the key");
+    DB::overwrite(&env.pool, "phased-enc", &old_headers, &old_body).await;
+    let replay = app.call(request()).await;
+    replay.assert_idem_problem(500, "stored-response-unreadable");
+    assert!(!replay.replayed());
 }
 
 /// Reads and rewrites a key row's stored response as someone with write access to the
@@ -332,19 +345,12 @@ async fn an_earlier_lifes_response_does_not_open_in_a_later_life<DB: RowAccess>(
     }
 }
 
-support::backend_tests!(
-    a_response_stripped_of_its_seal_is_not_replayed,
-    old_plaintext_rows_replay_only_during_the_migration_allowance,
-    an_earlier_lifes_response_does_not_open_in_a_later_life,
-);
-
 /// A phased handler that commits a step, then answers 503: its key stays in progress,
 /// with its lease free, for an operator to resolve.
 #[idem::idempotent(scope = account, lease = "1s")]
-#[actix_web::post("/test/phased-unfinished")]
-async fn phased_unfinished(
+async fn phased_unfinished<DB: TestBackend>(
     account: support::app::Account,
-    phases: idem::Phases,
+    phases: idem::Phases<DB>,
 ) -> Result<actix_web::HttpResponse, idem::PhaseError> {
     let _ = account;
     phases
@@ -353,12 +359,17 @@ async fn phased_unfinished(
     Ok(actix_web::HttpResponse::ServiceUnavailable().finish())
 }
 
-#[actix_web::test]
-async fn an_operator_resolution_is_sealed_and_replays_in_an_encrypted_deployment() {
-    let env = Env::new().await;
+/// An operator resolves unfinished keys of an encrypted deployment: with
+/// `resolve_key_with` the answer is sealed and replays; with `resolve_key` it is stored in
+/// clear and refused like any response in clear where a sealed one belongs.
+async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
     let idem = env.idem().encrypt_with(first());
     let app = support::service_with(&idem, |cfg| {
-        cfg.service(phased_unfinished);
+        cfg.route(
+            "/test/phased-unfinished",
+            actix_web::web::post().to(phased_unfinished::<DB>),
+        );
     })
     .await;
     let request = |key| support::post("/test/phased-unfinished", ALICE, key, "{}");
@@ -373,7 +384,7 @@ async fn an_operator_resolution_is_sealed_and_replays_in_an_encrypted_deployment
     idem::resolve_key_with(&idem, &scope, "resolved-sealed", &resolution, keep)
         .await
         .expect("resolve");
-    let (headers, body) = stored(&env, "resolved-sealed").await;
+    let (headers, body) = DB::response(&env.pool, "resolved-sealed").await;
     assert!(!contains(&body, b"secret 4242"), "the answer is sealed");
     assert!(
         contains(&headers, b"2026-05"),
@@ -385,8 +396,6 @@ async fn an_operator_resolution_is_sealed_and_replays_in_an_encrypted_deployment
     assert_eq!(replay.header("content-type"), Some("application/json"));
     assert_eq!(&replay.body[..], answer);
 
-    // Resolved without the keyring, the answer is in clear, and refused like any
-    // response in clear where a sealed one belongs.
     idem::resolve_key(
         env.idem().pool(),
         &scope,
@@ -400,3 +409,11 @@ async fn an_operator_resolution_is_sealed_and_replays_in_an_encrypted_deployment
         .await
         .assert_idem_problem(500, "stored-response-unreadable");
 }
+
+support::backend_tests!(
+    the_phased_form_stores_ciphertext_sealed_to_the_keys_life,
+    a_response_stripped_of_its_seal_is_not_replayed,
+    old_plaintext_rows_replay_only_during_the_migration_allowance,
+    an_earlier_lifes_response_does_not_open_in_a_later_life,
+    an_operator_resolution_is_sealed_and_replays,
+);
