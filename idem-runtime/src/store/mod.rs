@@ -436,6 +436,10 @@ pub struct ExistingKey {
     pub generation: i64,
 }
 
+/// `(response_status, response_headers, response_body)` of a key row, as both stores read
+/// them.
+pub(crate) type StoredColumns = (Option<i16>, Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// A key row as [`Backend::peek`] read it.
 #[doc(hidden)]
 #[derive(Debug)]

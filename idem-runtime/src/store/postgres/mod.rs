@@ -452,7 +452,14 @@ fn bind_claim<'q, O>(
 
 fn existing(row: KeyRow) -> ExistingKey {
     let (_, _, hash, method, path, state, status, headers, body, generation) = row;
-    existing_key(hash, method, path, state, status, headers, body, generation)
+    existing_key(
+        hash,
+        method,
+        path,
+        state,
+        (status, headers, body),
+        generation,
+    )
 }
 
 /// A key row's columns as the protocol reads them; shared by both forms' claims.
@@ -461,9 +468,7 @@ fn existing_key(
     method: Option<String>,
     path: Option<String>,
     state: Option<String>,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
+    (response_status, response_headers, response_body): super::StoredColumns,
     generation: i64,
 ) -> ExistingKey {
     ExistingKey {

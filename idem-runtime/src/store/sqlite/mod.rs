@@ -543,7 +543,12 @@ fn bind_claim<'q, O>(
 fn existing(row: KeyRow) -> ExistingKey {
     let (_, _, hash, method, path, state, status, headers, body, generation) = row;
     existing_key(
-        &hash, method, path, &state, status, headers, body, generation,
+        &hash,
+        method,
+        path,
+        &state,
+        (status, headers, body),
+        generation,
     )
 }
 
@@ -553,9 +558,7 @@ fn existing_key(
     method: String,
     path: String,
     state: &str,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
+    (response_status, response_headers, response_body): super::StoredColumns,
     generation: i64,
 ) -> ExistingKey {
     ExistingKey {

@@ -177,9 +177,7 @@ pub(super) async fn claim(
             row.method,
             row.path,
             &row.state,
-            row.response_status,
-            row.response_headers,
-            row.response_body,
+            (row.response_status, row.response_headers, row.response_body),
             row.generation,
         ),
     })
