@@ -208,7 +208,8 @@ pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,
 };
 pub use idem_runtime::{
-    RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, stranded_keys,
+    RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, resolve_key_with,
+    stranded_keys,
 };
 
 #[cfg(feature = "encryption")]

@@ -1,11 +1,15 @@
-//! The `encryption` feature, against PostgreSQL: what idem stores for replay is not the
-//! plaintext, replays return the plaintext, old keys still open after a rotation, and a
-//! value that does not open is answered with a 500 problem, never replayed.
+//! The `encryption` feature: what idem stores for replay is not the plaintext, replays
+//! return the plaintext, old keys still open after a rotation, and a value that does not
+//! open, or that should be sealed and is not, is answered with a 500 problem, never
+//! replayed. The generic tests run on both databases.
 
 mod support;
 
+use std::time::{Duration, SystemTime};
+
 use idem::encryption::Keyring;
-use support::{ALICE, Env, IDEM_PROBLEM, order_json, post_order};
+use sqlx::{Pool, Postgres, Sqlite};
+use support::{ALICE, Env, IDEM_PROBLEM, TestBackend, order_json, post_order};
 
 fn first() -> Keyring {
     Keyring::new("2026-05", [0x11; 32])
@@ -143,26 +147,11 @@ async fn a_tampered_row_gets_a_500_problem_not_garbage() {
         .assert_idem_problem(500, "stored-response-unreadable");
 }
 
-#[actix_web::test]
-async fn rows_stored_before_encryption_was_turned_on_still_replay() {
-    let env = Env::new().await;
-    let body = order_json("tea", 1, 100);
-    let plain = support::service(&env.idem()).await;
-    let created = plain.call(post_order(ALICE, "legacy", &body)).await;
-    created.assert_created();
-    let encrypted = support::service(&env.idem().encrypt_with(first())).await;
-    encrypted
-        .call(post_order(ALICE, "legacy", &body))
-        .await
-        .assert_replay_of(&created);
-}
-
 /// A phased handler whose answer names a secret.
 #[idem::idempotent(scope = account, lease = "1s")]
-#[actix_web::post("/test/phased-secret")]
-async fn phased_secret(
+async fn phased_secret<DB: TestBackend>(
     account: support::app::Account,
-    phases: idem::Phases,
+    phases: idem::Phases<DB>,
 ) -> Result<actix_web::HttpResponse, idem::PhaseError> {
     let _ = account;
     let n: i32 = phases
@@ -171,18 +160,260 @@ async fn phased_secret(
     Ok(actix_web::HttpResponse::Created().body(format!("phased secret {n}")))
 }
 
-#[actix_web::test]
-async fn the_phased_form_stores_ciphertext_and_replays_plaintext() {
-    let env = Env::new().await;
+/// The phased form seals too, to the life of the key: after the retention the key
+/// starts a new generation, and the old life's response copied into its row does not
+/// open.
+async fn the_phased_form_stores_ciphertext_sealed_to_the_keys_life<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
     let app = support::service_with(&env.idem().encrypt_with(first()), |cfg| {
-        cfg.service(phased_secret);
+        cfg.route(
+            "/test/phased-secret",
+            actix_web::web::post().to(phased_secret::<DB>),
+        );
     })
     .await;
     let request = || support::post("/test/phased-secret", ALICE, "phased-enc", "{}");
     let created = app.call(request()).await;
     assert_eq!(created.status, 201);
     assert_eq!(&created.body[..], b"phased secret 7");
-    let (_, stored_body) = stored(&env, "phased-enc").await;
-    assert!(!contains(&stored_body, b"phased secret"));
+    let (old_headers, old_body) = DB::response(&env.pool, "phased-enc").await;
+    assert!(!contains(&old_body, b"phased secret"));
     app.call(request()).await.assert_replay_of(&created);
+
+    DB::expire_key(&env.pool, "phased-enc").await;
+    let again = app.call(request()).await;
+    assert_eq!(again.status, 201);
+    assert!(!again.replayed(), "a new life of the key");
+    DB::overwrite(&env.pool, "phased-enc", &old_headers, &old_body).await;
+    let replay = app.call(request()).await;
+    replay.assert_idem_problem(500, "stored-response-unreadable");
+    assert!(!replay.replayed());
 }
+
+/// Reads and rewrites a key row's stored response as someone with write access to the
+/// database could. `$n` placeholders work on both databases.
+trait RowAccess: TestBackend {
+    /// `(response_headers, response_body)` as stored for `key`.
+    fn response(pool: &Pool<Self>, key: &str) -> impl Future<Output = (Vec<u8>, Vec<u8>)>;
+
+    /// Overwrites the stored response of `key`.
+    fn overwrite(
+        pool: &Pool<Self>,
+        key: &str,
+        headers: &[u8],
+        body: &[u8],
+    ) -> impl Future<Output = ()>;
+}
+
+macro_rules! row_access {
+    ($db:ty) => {
+        impl RowAccess for $db {
+            async fn response(pool: &Pool<Self>, key: &str) -> (Vec<u8>, Vec<u8>) {
+                sqlx::query_as(
+                    "SELECT response_headers, response_body FROM idem_keys WHERE idem_key = $1",
+                )
+                .bind(key)
+                .fetch_one(pool)
+                .await
+                .expect("the key row")
+            }
+
+            async fn overwrite(pool: &Pool<Self>, key: &str, headers: &[u8], body: &[u8]) {
+                let done = sqlx::query(
+                    "UPDATE idem_keys SET response_headers = $2, response_body = $3 \
+                      WHERE idem_key = $1",
+                )
+                .bind(key)
+                .bind(headers)
+                .bind(body)
+                .execute(pool)
+                .await
+                .expect("rewrite the stored response");
+                assert_eq!(done.rows_affected(), 1, "the key {key} exists");
+            }
+        }
+    };
+}
+row_access!(Postgres);
+row_access!(Sqlite);
+
+/// An attacker who can write to the database replaces a sealed response with a plaintext
+/// one of their choosing (the seal's marker gone): with a keyring, idem refuses it.
+async fn a_response_stripped_of_its_seal_is_not_replayed<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let app = support::service(&env.idem().encrypt_with(first())).await;
+    let body = order_json("tea", 1, 100);
+    app.call(post_order(ALICE, "stripped", &body))
+        .await
+        .assert_created();
+    let (headers, sealed) = DB::response(&env.pool, "stripped").await;
+    assert!(!contains(&sealed, b"tea"), "sealed to begin with");
+    assert!(!headers.is_empty());
+
+    let forged = br#"{"id":666,"item":"forged"}"#;
+    DB::overwrite(
+        &env.pool,
+        "stripped",
+        b"content-type: application/json\r\n",
+        forged,
+    )
+    .await;
+    let replay = app.call(post_order(ALICE, "stripped", &body)).await;
+    replay.assert_idem_problem(500, "stored-response-unreadable");
+    assert!(!replay.replayed());
+    assert!(!contains(&replay.body, b"forged"));
+
+    // Stripping only one of the two values is refused as well.
+    DB::overwrite(&env.pool, "stripped", &headers, forged).await;
+    app.call(post_order(ALICE, "stripped", &body))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+}
+
+/// Turning encryption on in a running deployment: rows stored before replay while the
+/// migration allowance lasts, and are refused once it has passed.
+async fn old_plaintext_rows_replay_only_during_the_migration_allowance<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let body = order_json("tea", 1, 100);
+    let plain = support::service(&env.idem()).await;
+    let created = plain.call(post_order(ALICE, "legacy", &body)).await;
+    created.assert_created();
+
+    let until = SystemTime::now() + Duration::from_secs(7 * 24 * 3600);
+    let migrating = support::service(
+        &env.idem()
+            .encrypt_with(first().allow_plaintext_until(until)),
+    )
+    .await;
+    migrating
+        .call(post_order(ALICE, "legacy", &body))
+        .await
+        .assert_replay_of(&created);
+    // New rows are sealed all the same.
+    let new = migrating.call(post_order(ALICE, "legacy-new", &body)).await;
+    new.assert_created();
+    let (_, sealed) = DB::response(&env.pool, "legacy-new").await;
+    assert!(!contains(&sealed, b"tea"));
+
+    let over = first().allow_plaintext_until(SystemTime::UNIX_EPOCH);
+    let after = support::service(&env.idem().encrypt_with(over)).await;
+    after
+        .call(post_order(ALICE, "legacy", &body))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+    let strict = support::service(&env.idem().encrypt_with(first())).await;
+    strict
+        .call(post_order(ALICE, "legacy", &body))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+    strict
+        .call(post_order(ALICE, "legacy-new", &body))
+        .await
+        .assert_replay_of(&new);
+}
+
+/// A key reused after its retention begins a new life (a new generation). The response
+/// sealed in an earlier life, copied into the new life's row, does not open there: the
+/// client gets a 500, never the old answer. Both ways a life ends are covered: the
+/// sweep deleted the row (the new request inserts afresh), or it had not yet (the new
+/// request reclaims the expired row).
+async fn an_earlier_lifes_response_does_not_open_in_a_later_life<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let app = support::service(&env.idem().encrypt_with(first())).await;
+    let body = order_json("tea", 1, 100);
+    for (key, deleted) in [("reused-deleted", true), ("reused-reclaimed", false)] {
+        let old = app.call(post_order(ALICE, key, &body)).await;
+        old.assert_created();
+        let (old_headers, old_body) = DB::response(&env.pool, key).await;
+        DB::expire_key(&env.pool, key).await;
+        if deleted {
+            let sql = format!("DELETE FROM idem_keys WHERE idem_key = '{key}'");
+            DB::texts(&env.pool, &sql).await;
+        }
+
+        let new = app.call(post_order(ALICE, key, &body)).await;
+        new.assert_created();
+        assert_ne!(new.body, old.body, "{key}: a new order");
+        app.call(post_order(ALICE, key, &body))
+            .await
+            .assert_replay_of(&new);
+
+        DB::overwrite(&env.pool, key, &old_headers, &old_body).await;
+        let replay = app.call(post_order(ALICE, key, &body)).await;
+        replay.assert_idem_problem(500, "stored-response-unreadable");
+        assert!(!replay.replayed(), "{key}");
+    }
+}
+
+/// A phased handler that commits a step, then answers 503: its key stays in progress,
+/// with its lease free, for an operator to resolve.
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn phased_unfinished<DB: TestBackend>(
+    account: support::app::Account,
+    phases: idem::Phases<DB>,
+) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+    let _ = account;
+    phases
+        .run("step", async |_tx| Ok::<_, idem::PhaseError>(1))
+        .await?;
+    Ok(actix_web::HttpResponse::ServiceUnavailable().finish())
+}
+
+/// An operator resolves unfinished keys of an encrypted deployment: with
+/// `resolve_key_with` the answer is sealed and replays; with `resolve_key` it is stored in
+/// clear and refused like any response in clear where a sealed one belongs.
+async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let idem = env.idem().encrypt_with(first());
+    let app = support::service_with(&idem, |cfg| {
+        cfg.route(
+            "/test/phased-unfinished",
+            actix_web::web::post().to(phased_unfinished::<DB>),
+        );
+    })
+    .await;
+    let request = |key| support::post("/test/phased-unfinished", ALICE, key, "{}");
+    for key in ["resolved-sealed", "resolved-clear"] {
+        assert_eq!(app.call(request(key)).await.status, 503);
+    }
+
+    let answer = br#"{"state":"succeeded","card":"secret 4242"}"#;
+    let resolution = idem::Resolution::completed(201, "application/json", answer.to_vec());
+    let keep = Duration::from_secs(3600);
+    let scope = ALICE.to_string();
+    idem::resolve_key_with(&idem, &scope, "resolved-sealed", &resolution, keep)
+        .await
+        .expect("resolve");
+    let (headers, body) = DB::response(&env.pool, "resolved-sealed").await;
+    assert!(!contains(&body, b"secret 4242"), "the answer is sealed");
+    assert!(
+        contains(&headers, b"2026-05"),
+        "by the keyring's current key"
+    );
+    let replay = app.call(request("resolved-sealed")).await;
+    assert_eq!(replay.status, 201);
+    assert!(replay.replayed());
+    assert_eq!(replay.header("content-type"), Some("application/json"));
+    assert_eq!(&replay.body[..], answer);
+
+    idem::resolve_key(
+        env.idem().pool(),
+        &scope,
+        "resolved-clear",
+        &resolution,
+        keep,
+    )
+    .await
+    .expect("resolve");
+    app.call(request("resolved-clear"))
+        .await
+        .assert_idem_problem(500, "stored-response-unreadable");
+}
+
+support::backend_tests!(
+    the_phased_form_stores_ciphertext_sealed_to_the_keys_life,
+    a_response_stripped_of_its_seal_is_not_replayed,
+    old_plaintext_rows_replay_only_during_the_migration_allowance,
+    an_earlier_lifes_response_does_not_open_in_a_later_life,
+    an_operator_resolution_is_sealed_and_replays,
+);

@@ -77,12 +77,17 @@ async fn no_body(account: Account) -> HttpResponse {
 }
 
 async fn app(env: &Env) -> TestApp {
+    app_with(env, env.idem()).await
+}
+
+/// The test application with `idem` (the default's settings changed below).
+async fn app_with(env: &Env, idem: idem::Idem) -> TestApp {
     sqlx::query("CREATE TABLE names (name text PRIMARY KEY, account_id bigint NOT NULL)")
         .execute(&env.pool)
         .await
         .expect("create table");
     // Here a 409 is the final "name taken", not the default's transient "try again".
-    let idem = env.idem().transient_statuses([
+    let idem = idem.transient_statuses([
         actix_web::http::StatusCode::REQUEST_TIMEOUT,
         actix_web::http::StatusCode::TOO_MANY_REQUESTS,
     ]);
@@ -139,6 +144,36 @@ async fn a_4xx_answered_after_a_failed_statement_is_stored_and_replayed() {
     again.assert_replay_of(&first);
     assert!(names(&env).await.is_empty(), "a replay runs nothing");
     assert_eq!(env.key_rows().await.len(), 1);
+}
+
+/// With encrypted storage the 4xx is stored by a claim of its own (the first rolled
+/// back), which begins another life of the key: the answer is sealed to that one.
+#[actix_web::test]
+async fn a_4xx_answered_after_a_failed_statement_is_sealed_and_replayed() {
+    let env = Env::new().await;
+    let keyring = idem::encryption::Keyring::new("k1", [0x33; 32]);
+    let app = app_with(&env, env.idem().encrypt_with(keyring)).await;
+    sqlx::query("INSERT INTO names VALUES ('taken', 1)")
+        .execute(&env.pool)
+        .await
+        .expect("take the name");
+
+    let first = app
+        .call(post("/test/claim-name", ALICE, "n-sealed", ""))
+        .await;
+    assert_eq!(first.status, 409);
+    let stored: Vec<u8> =
+        sqlx::query_scalar("SELECT response_body FROM idem_keys WHERE idem_key = 'n-sealed'")
+            .fetch_one(&env.pool)
+            .await
+            .expect("the stored answer");
+    assert!(
+        !stored.windows(5).any(|w| w == b"taken"),
+        "the answer is sealed"
+    );
+    app.call(post("/test/claim-name", ALICE, "n-sealed", ""))
+        .await
+        .assert_replay_of(&first);
 }
 
 #[actix_web::test]

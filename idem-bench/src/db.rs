@@ -24,6 +24,7 @@ pub(crate) mod protocol {
         Option<i16>,
         Option<Vec<u8>>,
         Option<Vec<u8>>,
+        i64,
     );
 }
 

@@ -10,15 +10,22 @@
 //! - **Format.** Each stored value is a marker byte `0xFF`, `idem` version `1`, the id of
 //!   the key that sealed it (length-prefixed), a random 192-bit nonce, then the
 //!   ciphertext and its tag. The associated data binds the value to its row (scope, key,
-//!   status) and field, so a value copied into another row or field does not open.
+//!   the key's generation, status) and field, so a value copied into another row or field
+//!   does not open, nor does one copied from an earlier life of the same key (the key
+//!   reused after its retention) into a later one. Someone who can write to the database
+//!   can still put a whole old row back, every column as it was: what a row says about
+//!   itself cannot tell it from the original.
 //! - **Rotation.** The keyring's current key seals; every key in it opens what it sealed,
 //!   found by the id in the value. Add the new key as current, keep the old ones with
 //!   [`Keyring::with_old_key`] until every row they sealed has expired (the longest
 //!   retention), then drop them.
 //! - **Failures.** A value that does not open (tampered, or sealed by a key no longer in
 //!   the keyring) is never replayed: the request gets 500 `stored-response-unreadable`
-//!   and the error is logged. Values stored before encryption was turned on (no marker) are
-//!   replayed as they are.
+//!   and the error is logged. So is a response in clear: with a keyring, every response
+//!   idem stores is sealed, so one without the marker was written by someone else (or
+//!   before encryption was turned on). To turn encryption on in a running deployment, let
+//!   the older rows replay for the longest retention with
+//!   [`Keyring::allow_plaintext_until`].
 //!
 //! ```
 //! use idem_runtime::encryption::Keyring;
@@ -35,6 +42,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use actix_web::HttpResponse;
 use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
@@ -65,6 +73,8 @@ const NONCE_LEN: usize = 24;
 pub struct Keyring {
     current: (String, XChaCha20Poly1305),
     old: Vec<(String, XChaCha20Poly1305)>,
+    /// Until when values stored before encryption was turned on still replay.
+    plaintext_until: Option<SystemTime>,
 }
 
 impl Keyring {
@@ -81,6 +91,7 @@ impl Keyring {
         Self {
             current: (checked_id(id), cipher(key)),
             old: Vec::new(),
+            plaintext_until: None,
         }
     }
 
@@ -101,6 +112,37 @@ impl Keyring {
         );
         self.old.push((id, cipher(key)));
         self
+    }
+
+    /// Lets responses stored in clear (before encryption was turned on) replay until
+    /// `until`, for the migration of a running deployment: set it to the moment encryption
+    /// is turned on plus the longest retention, after which no such row is left.
+    ///
+    /// Without it, a keyring refuses every stored response that is not sealed (500
+    /// `stored-response-unreadable`): someone who can write to the database could otherwise
+    /// replace a sealed response with one of their own, in clear, and have it replayed to
+    /// the client. That is the trade-off of the allowance: while it lasts, such a forged
+    /// response is replayed. Responses stored while it lasts are sealed all the same.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use idem_runtime::encryption::Keyring;
+    ///
+    /// // Encryption turned on today; the longest retention is 7 days.
+    /// let turned_on = SystemTime::now();
+    /// let keyring = Keyring::new("2026-11", [0x5a; 32])
+    ///     .allow_plaintext_until(turned_on + Duration::from_secs(7 * 24 * 3600));
+    /// # let _ = keyring;
+    /// ```
+    pub fn allow_plaintext_until(mut self, until: SystemTime) -> Self {
+        self.plaintext_until = Some(until);
+        self
+    }
+
+    /// Whether a value stored in clear may replay now.
+    fn plaintext_allowed(&self) -> bool {
+        self.plaintext_until
+            .is_some_and(|until| SystemTime::now() < until)
     }
 
     /// The id of the key that seals new values.
@@ -158,13 +200,15 @@ impl Keyring {
 
 impl fmt::Debug for Keyring {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Keyring")
-            .field("current", &self.current.0)
-            .field(
-                "old",
-                &self.old.iter().map(|(id, _)| id).collect::<Vec<_>>(),
-            )
-            .finish()
+        let mut f = f.debug_struct("Keyring");
+        f.field("current", &self.current.0).field(
+            "old",
+            &self.old.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        );
+        if let Some(until) = self.plaintext_until {
+            f.field("plaintext_until", &until);
+        }
+        f.finish()
     }
 }
 
@@ -184,15 +228,28 @@ fn cipher(key: [u8; 32]) -> XChaCha20Poly1305 {
 /// Where `Idem` keeps its keyring; empty unless `encrypt_with` was called.
 pub(crate) type Slot = Option<Arc<Keyring>>;
 
+/// What a stored response is sealed to: its key row, in one life of the key, and its
+/// status.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub(crate) scope: &'a str,
+    pub(crate) key: &'a str,
+    /// Without it, the response of an earlier life of the key (the key reused after its
+    /// retention) would open in the row of a later one, copied there.
+    pub(crate) generation: i64,
+    pub(crate) status: u16,
+}
+
 /// Binds a sealed value to its row and field.
-fn associated_data(scope: &str, key: &str, status: u16, field: &str) -> Vec<u8> {
-    let mut aad = Vec::with_capacity(32 + scope.len() + key.len());
-    aad.extend_from_slice(b"idem stored response v1");
-    for part in [scope.as_bytes(), key.as_bytes(), field.as_bytes()] {
+fn associated_data(row: &Row<'_>, field: &str) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(64 + row.scope.len() + row.key.len());
+    aad.extend_from_slice(b"idem stored response v2");
+    for part in [row.scope.as_bytes(), row.key.as_bytes(), field.as_bytes()] {
         aad.extend_from_slice(&(part.len() as u64).to_be_bytes());
         aad.extend_from_slice(part);
     }
-    aad.extend_from_slice(&status.to_be_bytes());
+    aad.extend_from_slice(&row.generation.to_be_bytes());
+    aad.extend_from_slice(&row.status.to_be_bytes());
     aad
 }
 
@@ -200,15 +257,14 @@ fn associated_data(scope: &str, key: &str, status: u16, field: &str) -> Vec<u8> 
 /// holds a key, as they are otherwise.
 pub(crate) fn seal<'a>(
     keyring: &Slot,
-    claim: &ClaimRequest<'_>,
-    status: u16,
+    row: &Row<'_>,
     headers: Vec<u8>,
     body: &'a [u8],
 ) -> (Vec<u8>, Cow<'a, [u8]>) {
     let Some(keyring) = keyring else {
         return (headers, Cow::Borrowed(body));
     };
-    let aad = |field| associated_data(claim.scope, claim.key, status, field);
+    let aad = |field| associated_data(row, field);
     (
         keyring.seal(&headers, &aad("headers")),
         Cow::Owned(keyring.seal(body, &aad("body"))),
@@ -224,10 +280,26 @@ pub(crate) fn open(
     claim: &ClaimRequest<'_>,
     mut existing: ExistingKey,
 ) -> Result<ExistingKey, (HttpResponse, &'static str)> {
-    let status = existing
-        .response_status
-        .and_then(|s| u16::try_from(s).ok())
-        .unwrap_or(0);
+    let row = Row {
+        scope: claim.scope,
+        key: claim.key,
+        generation: existing.generation,
+        status: existing
+            .response_status
+            .and_then(|s| u16::try_from(s).ok())
+            .unwrap_or(0),
+    };
+    if existing.completed
+        && let Some(keyring) = keyring
+        && !keyring.plaintext_allowed()
+        && [&existing.response_headers, &existing.response_body]
+            .iter()
+            .any(|value| !value.as_deref().is_some_and(|v| v.starts_with(MARKER)))
+    {
+        // Every response stored with a keyring is sealed, so one that is not was stored
+        // before encryption was turned on, or written by someone else.
+        return Err(unreadable("headers or body", "not sealed"));
+    }
     for (field, value) in [
         ("headers", &mut existing.response_headers),
         ("body", &mut existing.response_body),
@@ -236,31 +308,30 @@ pub(crate) fn open(
             continue;
         };
         if !stored.starts_with(MARKER) {
-            continue; // stored before encryption was turned on
+            continue; // stored in clear, and allowed above
         }
         let opened = match keyring {
-            Some(keyring) => keyring.open(
-                stored,
-                &associated_data(claim.scope, claim.key, status, field),
-            ),
+            Some(keyring) => keyring.open(stored, &associated_data(&row, field)),
             None => Err("sealed, and idem has no keyring (Idem::encrypt_with)".to_owned()),
         };
         match opened {
             Ok(clear) => *value = Some(clear),
-            Err(reason) => {
-                tracing::error!(
-                    field,
-                    reason,
-                    "a stored response does not decrypt; not replayed"
-                );
-                let response = ProblemKind::StoredResponseUnreadable.response(
-                    "the stored response to this request cannot be read; nothing was replayed",
-                );
-                return Err((response, "unreadable"));
-            }
+            Err(reason) => return Err(unreadable(field, &reason)),
         }
     }
     Ok(existing)
+}
+
+/// The 500 a stored response gets instead of a replay when it cannot be trusted.
+fn unreadable(field: &str, reason: &str) -> (HttpResponse, &'static str) {
+    tracing::error!(
+        field,
+        reason,
+        "a stored response does not decrypt; not replayed"
+    );
+    let response = ProblemKind::StoredResponseUnreadable
+        .response("the stored response to this request cannot be read; nothing was replayed");
+    (response, "unreadable")
 }
 
 #[cfg(test)]
@@ -270,14 +341,42 @@ mod tests {
     #[test]
     fn a_sealed_value_opens_only_with_its_row_and_an_intact_ciphertext() {
         let keyring = Keyring::new("k1", [1; 32]);
-        let aad = associated_data("acct", "key", 201, "body");
+        let row = Row {
+            scope: "acct",
+            key: "key",
+            generation: 7,
+            status: 201,
+        };
+        let aad = associated_data(&row, "body");
         let sealed = keyring.seal(b"{\"id\":1}", &aad);
         assert!(sealed.starts_with(MARKER));
         assert_eq!(keyring.open(&sealed, &aad).unwrap(), b"{\"id\":1}");
-        let other_row = associated_data("acct", "other", 201, "body");
-        assert!(keyring.open(&sealed, &other_row).is_err());
-        let other_status = associated_data("acct", "key", 200, "body");
-        assert!(keyring.open(&sealed, &other_status).is_err());
+        for other in [
+            Row {
+                key: "other",
+                ..row
+            },
+            Row {
+                scope: "other",
+                ..row
+            },
+            Row { status: 200, ..row },
+            Row {
+                generation: 8,
+                ..row
+            },
+        ] {
+            assert!(
+                keyring
+                    .open(&sealed, &associated_data(&other, "body"))
+                    .is_err()
+            );
+        }
+        assert!(
+            keyring
+                .open(&sealed, &associated_data(&row, "headers"))
+                .is_err()
+        );
         let mut flipped = sealed.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert!(keyring.open(&flipped, &aad).is_err());
@@ -287,7 +386,13 @@ mod tests {
     #[test]
     fn old_keys_open_and_the_current_key_seals() {
         let old = Keyring::new("k1", [1; 32]);
-        let aad = associated_data("s", "k", 201, "headers");
+        let row = Row {
+            scope: "s",
+            key: "k",
+            generation: 1,
+            status: 201,
+        };
+        let aad = associated_data(&row, "headers");
         let sealed_by_old = old.seal(b"location: /x\r\n", &aad);
         let rotated = Keyring::new("k2", [2; 32]).with_old_key("k1", [1; 32]);
         assert_eq!(

@@ -239,22 +239,26 @@ impl<DB: Backend> Prepared<DB> {
         };
         // Declared after `txn`, so dropped before it; the key is announced as held until
         // idem's transaction ended (or, when dropped, its rollback is queued).
-        let _held = match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
-            Ok(Claim::Claimed) => DB::ONE_WRITER.then(|| self.idem.in_flight().hold(&claim)),
-            Ok(Claim::Existing(existing)) => {
-                // Nothing was written. Dropping the transaction queues its ROLLBACK, which
-                // sqlx sends with the ping it makes when the connection returns to the
-                // pool: one round trip fewer on the request's path.
-                drop(txn);
-                return match crate::encryption::open(self.idem.keyring(), &claim, existing) {
-                    Ok(existing) => answer_existing(existing, &claim),
-                    Err(answer) => answer,
-                };
-            }
-            Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
-            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
-            Err(error) => return (storage_unavailable(&error), "storage_error"),
-        };
+        let (generation, _held) =
+            match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
+                Ok(Claim::Claimed { generation }) => (
+                    generation,
+                    DB::ONE_WRITER.then(|| self.idem.in_flight().hold(&claim)),
+                ),
+                Ok(Claim::Existing(existing)) => {
+                    // Nothing was written. Dropping the transaction queues its ROLLBACK, which
+                    // sqlx sends with the ping it makes when the connection returns to the
+                    // pool: one round trip fewer on the request's path.
+                    drop(txn);
+                    return match crate::encryption::open(self.idem.keyring(), &claim, existing) {
+                        Ok(existing) => answer_existing(existing, &claim),
+                        Err(answer) => answer,
+                    };
+                }
+                Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
+                Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
+                Err(error) => return (storage_unavailable(&error), "storage_error"),
+            };
 
         let response = match AssertUnwindSafe(handler(Tx::new(&mut *txn)))
             .catch_unwind()
@@ -285,7 +289,8 @@ impl<DB: Backend> Prepared<DB> {
             Ok(parts) => parts,
             Err(answer) => return answer,
         };
-        let (status, stored_headers, stored_body) = self.seal_response(&claim, &head, &body_bytes);
+        let (status, stored_headers, stored_body) =
+            self.seal_response(&claim, generation, &head, &body_bytes);
         let stored = StoredResponse {
             status,
             headers: &stored_headers,
@@ -334,7 +339,10 @@ impl<DB: Backend> Prepared<DB> {
                         .response("the request failed and nothing was saved; it may be retried");
                     return (response, "rolled_back");
                 }
-                if let Err(error) = self.record_without_effects(&claim, &stored).await {
+                if let Err(error) = self
+                    .record_without_effects(&claim, &head, &body_bytes)
+                    .await
+                {
                     // The answer is still right; a retry re-runs the handler instead.
                     tracing::warn!(%error, "could not store a 4xx answered after a failed statement");
                 }
@@ -438,30 +446,47 @@ impl<DB: Backend> Prepared<DB> {
 
     /// The response as the key store keeps it: its status, the allow-listed headers as
     /// HTTP/1 lines and the body, both sealed when a keyring is configured.
+    /// `generation` is the life of the key row the response is stored in.
     pub(crate) fn seal_response<'a>(
         &self,
         claim: &ClaimRequest<'_>,
+        generation: i64,
         head: &HttpResponse<()>,
         body: &'a [u8],
     ) -> (u16, Vec<u8>, Cow<'a, [u8]>) {
         let status = head.status().as_u16();
         let headers = encode_headers(head.headers(), self.idem.replayed_headers());
-        let (headers, body) =
-            crate::encryption::seal(self.idem.keyring(), claim, status, headers, body);
+        let row = crate::encryption::Row {
+            scope: claim.scope,
+            key: claim.key,
+            generation,
+            status,
+        };
+        let (headers, body) = crate::encryption::seal(self.idem.keyring(), &row, headers, body);
         (status, headers, body)
     }
 
     /// Stores a response whose handler transaction was aborted, in a transaction of its
     /// own: the key row alone, since no business write survived. If another request has
     /// claimed the key meanwhile, that one's outcome stands and nothing is stored.
+    ///
+    /// The claim begins a new life of the key (the first one rolled back), so the
+    /// response is sealed again, to it.
     async fn record_without_effects(
         &self,
         claim: &ClaimRequest<'_>,
-        stored: &StoredResponse<'_>,
+        head: &HttpResponse<()>,
+        body: &[u8],
     ) -> Result<(), sqlx::Error> {
         let mut txn = DB::begin(&self.idem).await?;
-        if let Claim::Claimed = DB::claim(&mut txn, claim).await? {
-            DB::complete(&mut txn, claim, stored).await?;
+        if let Claim::Claimed { generation } = DB::claim(&mut txn, claim).await? {
+            let (status, headers, body) = self.seal_response(claim, generation, head, body);
+            let stored = StoredResponse {
+                status,
+                headers: &headers,
+                body: &body,
+            };
+            DB::complete(&mut txn, claim, &stored).await?;
             txn.commit().await?;
         }
         Ok(())

@@ -49,7 +49,8 @@ pub use registry::policies;
 pub use scope::{ScopeKey, UnverifiedScope};
 pub use store::{Backend, DefaultBackend};
 pub use stranded::{
-    RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, stranded_keys,
+    RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, resolve_key_with,
+    stranded_keys,
 };
 pub use tx::Tx;
 

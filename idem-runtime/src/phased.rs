@@ -825,7 +825,8 @@ impl<DB: Backend> Prepared<DB> {
                 return answer;
             }
         };
-        let (status, stored_headers, stored_body) = self.seal_response(&claim, &head, &body_bytes);
+        let (status, stored_headers, stored_body) =
+            self.seal_response(&claim, attempt.generation, &head, &body_bytes);
         let stored = StoredResponse {
             status,
             headers: &stored_headers,

@@ -64,7 +64,9 @@
 //! replayed like any other.
 //! # stored-response-unreadable
 //! With encrypted storage, the stored response to this key did not decrypt: it was
-//! altered, or sealed by a key that is no longer in the keyring. It is never replayed.
+//! altered, or sealed by a key that is no longer in the keyring, or it is in clear where a
+//! sealed value belongs (written by someone else, or stored before encryption was turned
+//! on and outside `Keyring::allow_plaintext_until`). It is never replayed.
 //! # not-configured
 //! The application did not register `idem::Idem` in its app data.
 //! # operation-failed

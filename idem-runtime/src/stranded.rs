@@ -256,7 +256,9 @@ impl From<sqlx::Error> for ResolveError {
 ///
 /// The key gets a new fencing token, so an attempt that is still running past its lease
 /// can record nothing more. Committed phases stay recorded, for the audit. The answer is
-/// stored as it is: with encrypted storage it is not sealed.
+/// stored as it is: with encrypted storage (feature `encryption`) use
+/// [`resolve_key_with`], which seals it with the application's keyring; an answer in
+/// clear is refused there (500 `stored-response-unreadable`) instead of replayed.
 ///
 /// ```no_run
 /// # async fn resolve(pool: sqlx::PgPool) -> Result<(), idem_runtime::ResolveError> {
@@ -281,6 +283,50 @@ pub async fn resolve_key<DB: Backend>(
     resolution: &Resolution,
     keep: Duration,
 ) -> Result<(), ResolveError> {
+    resolve(pool, &Default::default(), scope, key, resolution, keep).await
+}
+
+/// [`resolve_key`] for the database of `idem`, with its settings: with encrypted storage
+/// (feature `encryption`, [`Idem::encrypt_with`](crate::Idem::encrypt_with)) the answer
+/// is sealed with `idem`'s keyring, so that its retries replay it like any other stored
+/// response. Build `idem` as the application does, with the same keyring.
+///
+/// ```no_run
+/// # async fn resolve(pool: sqlx::PgPool) -> Result<(), idem_runtime::ResolveError> {
+/// use std::time::Duration;
+/// use idem_runtime::Resolution;
+///
+/// // The same configuration the application runs with, keyring included.
+/// let idem = idem_runtime::Idem::new(pool);
+/// idem_runtime::resolve_key_with(
+///     &idem,
+///     "1001",
+///     "8e03978e-40d5",
+///     &Resolution::failed("refunded by support"),
+///     Duration::from_secs(7 * 24 * 3600),
+/// )
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn resolve_key_with<DB: Backend>(
+    idem: &crate::Idem<DB>,
+    scope: &str,
+    key: &str,
+    resolution: &Resolution,
+    keep: Duration,
+) -> Result<(), ResolveError> {
+    resolve(idem.pool(), idem.keyring(), scope, key, resolution, keep).await
+}
+
+async fn resolve<DB: Backend>(
+    pool: &Pool<DB>,
+    keyring: &crate::encryption::Slot,
+    scope: &str,
+    key: &str,
+    resolution: &Resolution,
+    keep: Duration,
+) -> Result<(), ResolveError> {
     let mut headers = actix_web::http::header::HeaderMap::new();
     headers.insert(
         actix_web::http::header::CONTENT_TYPE,
@@ -290,12 +336,24 @@ pub async fn resolve_key<DB: Backend>(
             .expect("checked when the resolution was made"),
     );
     let headers = encode_headers(&headers, &[actix_web::http::header::CONTENT_TYPE]);
+    // The answer is sealed to the row's generation; the update below applies only to that
+    // generation, which a key in progress keeps until it completes.
+    let Some(generation) = DB::generation_of(pool, scope, key).await? else {
+        return Err(ResolveError::NotFound);
+    };
+    let row = crate::encryption::Row {
+        scope,
+        key,
+        generation,
+        status: resolution.status,
+    };
+    let (headers, body) = crate::encryption::seal(keyring, &row, headers, &resolution.body);
     let response = StoredResponse {
         status: resolution.status,
         headers: &headers,
-        body: &resolution.body,
+        body: &body,
     };
-    match DB::resolve_key(pool, scope, key, &response, keep).await? {
+    match DB::resolve_key(pool, scope, key, generation, &response, keep).await? {
         Resolved::Done => {
             tracing::info!(
                 scope,

@@ -408,7 +408,8 @@ struct Key<'a> {
 
 impl Key<'_> {
     /// The lives of the key: a phased key's generation, a single-transaction key's
-    /// creation time (its generation stays 0).
+    /// creation time (idem gave single-transaction rows generation 0 until it sealed
+    /// stored responses to the generation, and such rows may still be around).
     fn life(&self, generation: i64, created_at: i64) -> i64 {
         match self.op.form {
             Form::Order => created_at,

@@ -326,13 +326,23 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         key: &str,
     ) -> impl Future<Output = Result<Vec<(String, String, i64)>, sqlx::Error>> + Send;
 
-    /// Completes a `started` key whose lease is free with `response`, fencing out any
-    /// attempt, and keeps it for `keep`; says why not otherwise.
+    /// The generation of a key's row, if it has one.
+    #[doc(hidden)]
+    fn generation_of(
+        pool: &Pool<Self>,
+        scope: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send;
+
+    /// Completes a `started` key of `generation` whose lease is free with `response`
+    /// (sealed to that generation), fencing out any attempt, and keeps it for `keep`;
+    /// says why not otherwise.
     #[doc(hidden)]
     fn resolve_key(
         pool: &Pool<Self>,
         scope: &str,
         key: &str,
+        generation: i64,
         response: &StoredResponse<'_>,
         keep: Duration,
     ) -> impl Future<Output = Result<Resolved, sqlx::Error>> + Send;
@@ -398,7 +408,10 @@ pub struct ClaimRequest<'a> {
 #[derive(Debug)]
 pub enum Claim {
     /// The key is ours: run the handler.
-    Claimed,
+    Claimed {
+        /// The life of the key row this claim began (see [`ExistingKey::generation`]).
+        generation: i64,
+    },
     /// Another request already holds the key.
     Existing(ExistingKey),
     /// The holder's transaction ended while we waited and its row is gone again;
@@ -417,7 +430,15 @@ pub struct ExistingKey {
     pub response_status: Option<i16>,
     pub response_headers: Option<Vec<u8>>,
     pub response_body: Option<Vec<u8>>,
+    /// Which life of the key the row is: a new one begins whenever the key is claimed
+    /// anew (after its row was deleted, or reclaimed after its retention). The stored
+    /// response is sealed to it.
+    pub generation: i64,
 }
+
+/// `(response_status, response_headers, response_body)` of a key row, as both stores read
+/// them.
+pub(crate) type StoredColumns = (Option<i16>, Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// A key row as [`Backend::peek`] read it.
 #[doc(hidden)]

@@ -330,7 +330,7 @@ WITH done AS (
        SET state = 'completed', response_status = $3, response_headers = $4,
            response_body = $5, locked_until = NULL,
            fencing_token = nextval('idem_attempts'), expires_at = now() + $6
-     WHERE scope = $1 AND idem_key = $2 AND state = 'started'
+     WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND generation = $7
        AND (locked_until IS NULL OR locked_until <= clock_timestamp())
     RETURNING 1
 )
@@ -342,6 +342,7 @@ pub(crate) async fn resolve_key(
     pool: &PgPool,
     scope: &str,
     key: &str,
+    generation: i64,
     response: &StoredResponse<'_>,
     keep: std::time::Duration,
 ) -> sqlx::Result<Resolved> {
@@ -354,6 +355,7 @@ pub(crate) async fn resolve_key(
         .bind(response.headers)
         .bind(response.body)
         .bind(keep)
+        .bind(generation)
         .fetch_one(pool)
         .await?;
     Ok(match (done, state.as_deref()) {

@@ -45,30 +45,34 @@ pub(super) use claim_lock_timeout;
 ///
 /// A row that another transaction committed while this insert waited for it is not in
 /// this statement's snapshot; the caller then reads it with `SELECT_EXISTING`.
+///
+/// Every new row draws its generation, so that no two lives of a key share one: the
+/// stored response of one life is sealed to it and does not open in another.
 pub const CLAIM: &str = concat!(
     "WITH cfg AS MATERIALIZED (",
     claim_lock_timeout!("$7"),
     "),
 ins AS (
-    INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at)
-    SELECT $1, $2, $3, $4, $5, now() + $6 FROM cfg
+    INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at, generation)
+    SELECT $1, $2, $3, $4, $5, now() + $6, nextval('idem_attempts') FROM cfg
     ON CONFLICT (scope, idem_key) DO NOTHING
-    RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true)
+    RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true),
+              generation
 )
 SELECT true AS claimed, false AS expired, NULL::bytea AS request_hash, NULL::text AS method,
        NULL::text AS path, NULL::text AS state, NULL::smallint AS response_status,
-       NULL::bytea AS response_headers, NULL::bytea AS response_body
+       NULL::bytea AS response_headers, NULL::bytea AS response_body, generation
   FROM ins
 UNION ALL
 SELECT false, k.expires_at <= now() AND k.state = 'completed', k.request_hash, k.method,
-       k.path, k.state, k.response_status, k.response_headers, k.response_body
+       k.path, k.state, k.response_status, k.response_headers, k.response_body, k.generation
   FROM idem_keys k
  WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)"
 );
 
 const SELECT_EXISTING: &str = "\
 SELECT false, expires_at <= now() AND state = 'completed', request_hash, method, path, state,
-       response_status, response_headers, response_body
+       response_status, response_headers, response_body, generation
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2";
 
@@ -87,12 +91,13 @@ k AS (
            expires_at = now() + $6, generation = t.v, fencing_token = t.v
       FROM t
      WHERE scope = $1 AND idem_key = $2 AND expires_at <= now() AND state = 'completed'
-    RETURNING 1
+    RETURNING generation
 ),
 gone AS (
     DELETE FROM idem_phases p USING k WHERE p.scope = $1 AND p.idem_key = $2
 )
-SELECT set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true) FROM k";
+SELECT set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true), generation
+  FROM k";
 
 /// The RETURNING value is false when the transaction-local marker set at `BEGIN` is
 /// gone, which means the handler ended idem's transaction and this ran on its own.
@@ -113,6 +118,7 @@ type KeyRow = (
     Option<i16>,
     Option<Vec<u8>>,
     Option<Vec<u8>>,
+    i64,
 );
 
 /// Opens every transaction idem runs a request in, whatever the connection's
@@ -153,15 +159,15 @@ impl Backend for Postgres {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if row.0 => return Ok(Claim::Claimed),
+            Some(row) if row.0 => return Ok(Claim::Claimed { generation: row.9 }),
             Some(row) if !row.1 => return Ok(Claim::Existing(existing(row))),
             Some(_) | None => {}
         }
         // The key is expired, or its holder committed while we waited: look again
         // with a fresh snapshot.
         for _ in 0..2 {
-            if reclaim_expired(conn, req).await? {
-                return Ok(Claim::Claimed);
+            if let Some(generation) = reclaim_expired(conn, req).await? {
+                return Ok(Claim::Claimed { generation });
             }
             let row = sqlx::query_as::<_, KeyRow>(SELECT_EXISTING)
                 .bind(req.scope)
@@ -386,22 +392,39 @@ impl Backend for Postgres {
         expiry::recorded_phases(pool, scope, key).await
     }
 
+    async fn generation_of(
+        pool: &PgPool,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        sqlx::query_scalar("SELECT generation FROM idem_keys WHERE scope = $1 AND idem_key = $2")
+            .bind(scope)
+            .bind(key)
+            .fetch_optional(pool)
+            .await
+    }
+
     async fn resolve_key(
         pool: &PgPool,
         scope: &str,
         key: &str,
+        generation: i64,
         response: &StoredResponse<'_>,
         keep: Duration,
     ) -> Result<Resolved, sqlx::Error> {
-        expiry::resolve_key(pool, scope, key, response, keep).await
+        expiry::resolve_key(pool, scope, key, generation, response, keep).await
     }
 }
 
-async fn reclaim_expired(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> sqlx::Result<bool> {
-    let reclaimed = bind_claim(sqlx::query_as::<_, (String,)>(RECLAIM_EXPIRED), req)
+/// The new generation, if the key was reclaimed.
+async fn reclaim_expired(
+    conn: &mut PgConnection,
+    req: &ClaimRequest<'_>,
+) -> sqlx::Result<Option<i64>> {
+    let reclaimed = bind_claim(sqlx::query_as::<_, (String, i64)>(RECLAIM_EXPIRED), req)
         .fetch_optional(conn)
         .await?;
-    Ok(reclaimed.is_some())
+    Ok(reclaimed.map(|(_, generation)| generation))
 }
 
 /// The claim's lock timeout, in the milliseconds PostgreSQL reads a bare number as.
@@ -428,15 +451,14 @@ fn bind_claim<'q, O>(
 }
 
 fn existing(row: KeyRow) -> ExistingKey {
-    let (_, _, hash, method, path, state, response_status, response_headers, response_body) = row;
+    let (_, _, hash, method, path, state, status, headers, body, generation) = row;
     existing_key(
         hash,
         method,
         path,
         state,
-        response_status,
-        response_headers,
-        response_body,
+        (status, headers, body),
+        generation,
     )
 }
 
@@ -446,9 +468,8 @@ fn existing_key(
     method: Option<String>,
     path: Option<String>,
     state: Option<String>,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
+    (response_status, response_headers, response_body): super::StoredColumns,
+    generation: i64,
 ) -> ExistingKey {
     ExistingKey {
         fingerprint: hash.as_deref().and_then(Fingerprint::from_bytes),
@@ -458,5 +479,6 @@ fn existing_key(
         response_status,
         response_headers,
         response_body,
+        generation,
     }
 }

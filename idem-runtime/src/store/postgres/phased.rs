@@ -169,9 +169,12 @@ impl Row {
                 self.method,
                 self.path,
                 self.state,
-                self.response_status,
-                self.response_headers,
-                self.response_body,
+                (
+                    self.response_status,
+                    self.response_headers,
+                    self.response_body,
+                ),
+                self.generation,
             ),
         }
     }

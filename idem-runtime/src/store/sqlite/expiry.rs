@@ -264,7 +264,7 @@ const RESOLVE: &str = concat!(
        locked_until = NULL, fencing_token = $6, expires_at = ",
     now!(),
     " + $7
- WHERE scope = $1 AND idem_key = $2 AND state = 'started'
+ WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND generation = $8
    AND (locked_until IS NULL OR locked_until <= ",
     now!(),
     ")"
@@ -277,6 +277,7 @@ pub(crate) async fn resolve_key(
     pool: &SqlitePool,
     scope: &str,
     key: &str,
+    generation: i64,
     response: &StoredResponse<'_>,
     keep: std::time::Duration,
 ) -> sqlx::Result<Resolved> {
@@ -291,6 +292,7 @@ pub(crate) async fn resolve_key(
         .bind(response.body)
         .bind(token)
         .bind(super::micros(keep))
+        .bind(generation)
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 1 {

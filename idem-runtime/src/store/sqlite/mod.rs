@@ -46,16 +46,20 @@ macro_rules! now {
 }
 pub(crate) use now;
 
-/// Inserts the key, or reports (by returning no row) that a row holds it already.
+/// Inserts the key, or reports (by returning no row) that a row holds it already. `$7`
+/// is a fresh value of `idem_attempts`: every new row gets its own generation, so that
+/// no two lives of a key share one and the stored response of one life, sealed to it,
+/// does not open in another.
 const CLAIM: &str = concat!(
-    "INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, created_at, expires_at)
+    "INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, created_at, expires_at,
+                       generation)
 VALUES ($1, $2, $3, $4, $5, ",
     now!(),
     ", ",
     now!(),
-    " + $6)
+    " + $6, $7)
 ON CONFLICT (scope, idem_key) DO NOTHING
-RETURNING 1"
+RETURNING generation"
 );
 
 /// The row that holds a key, with whether it may be reclaimed (completed, and its
@@ -67,7 +71,8 @@ const SELECT_EXISTING: &str = concat!(
        coalesce(locked_until <= ",
     now!(),
     ", 1) AS lease_free,
-       request_hash, method, path, state, response_status, response_headers, response_body
+       request_hash, method, path, state, response_status, response_headers, response_body,
+       generation
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2"
 );
@@ -119,6 +124,7 @@ type KeyRow = (
     Option<i16>,
     Option<Vec<u8>>,
     Option<Vec<u8>>,
+    i64,
 );
 
 /// `SQLITE_BUSY`, in the low byte of every extended code (`SQLITE_BUSY_SNAPSHOT`, ...):
@@ -195,11 +201,15 @@ impl Backend for Sqlite {
         conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
     ) -> Result<Claim, sqlx::Error> {
+        // Drawn before the insert knows whether it wins: a value left unused is a gap in
+        // a counter that only has to grow.
+        let generation = next_attempt(&mut *conn).await?;
         let inserted: Option<(i64,)> = bind_claim(sqlx::query_as(CLAIM), req)
+            .bind(generation)
             .fetch_optional(&mut *conn)
             .await?;
-        if inserted.is_some() {
-            return Ok(Claim::Claimed);
+        if let Some((generation,)) = inserted {
+            return Ok(Claim::Claimed { generation });
         }
         let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
             .bind(req.scope)
@@ -207,10 +217,11 @@ impl Backend for Sqlite {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if row.0 && row.1 => {
-                reclaim_expired(conn, req, None).await?;
-                Ok(Claim::Claimed)
-            }
+            Some(row) if row.0 && row.1 => match reclaim_expired(conn, req, None).await? {
+                Some((generation, _)) => Ok(Claim::Claimed { generation }),
+                // The write lock is held, so the expired row read above is still there.
+                None => Ok(Claim::Vanished),
+            },
             Some(row) => Ok(Claim::Existing(existing(row))),
             // The write lock is held: the row that made the insert conflict is still there.
             None => Ok(Claim::Vanished),
@@ -463,14 +474,27 @@ impl Backend for Sqlite {
         expiry::recorded_phases(pool, scope, key).await
     }
 
+    async fn generation_of(
+        pool: &SqlitePool,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        sqlx::query_scalar("SELECT generation FROM idem_keys WHERE scope = $1 AND idem_key = $2")
+            .bind(scope)
+            .bind(key)
+            .fetch_optional(pool)
+            .await
+    }
+
     async fn resolve_key(
         pool: &SqlitePool,
         scope: &str,
         key: &str,
+        generation: i64,
         response: &StoredResponse<'_>,
         keep: Duration,
     ) -> Result<Resolved, sqlx::Error> {
-        expiry::resolve_key(pool, scope, key, response, keep).await
+        expiry::resolve_key(pool, scope, key, generation, response, keep).await
     }
 }
 
@@ -517,15 +541,14 @@ fn bind_claim<'q, O>(
 }
 
 fn existing(row: KeyRow) -> ExistingKey {
-    let (_, _, hash, method, path, state, response_status, response_headers, response_body) = row;
+    let (_, _, hash, method, path, state, status, headers, body, generation) = row;
     existing_key(
         &hash,
         method,
         path,
         &state,
-        response_status,
-        response_headers,
-        response_body,
+        (status, headers, body),
+        generation,
     )
 }
 
@@ -535,9 +558,8 @@ fn existing_key(
     method: String,
     path: String,
     state: &str,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
+    (response_status, response_headers, response_body): super::StoredColumns,
+    generation: i64,
 ) -> ExistingKey {
     ExistingKey {
         fingerprint: Fingerprint::from_bytes(hash),
@@ -547,5 +569,6 @@ fn existing_key(
         response_status,
         response_headers,
         response_body,
+        generation,
     }
 }

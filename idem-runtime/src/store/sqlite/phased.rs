@@ -41,7 +41,7 @@ const SELECT_EXISTING: &str = concat!(
        coalesce(locked_until <= ",
     now!(),
     ", 1) AS lease_expired, request_hash,
-       method, path, state, response_status, response_headers, response_body
+       method, path, state, response_status, response_headers, response_body, generation
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2"
 );
@@ -128,6 +128,7 @@ struct Row {
     response_status: Option<i16>,
     response_headers: Option<Vec<u8>>,
     response_body: Option<Vec<u8>>,
+    generation: i64,
 }
 
 fn fresh(generation: i64, fencing_token: i64) -> AttemptRow {
@@ -176,9 +177,8 @@ pub(super) async fn claim(
             row.method,
             row.path,
             &row.state,
-            row.response_status,
-            row.response_headers,
-            row.response_body,
+            (row.response_status, row.response_headers, row.response_body),
+            row.generation,
         ),
     })
 }
