@@ -92,6 +92,7 @@
 
 mod app;
 mod observability;
+mod openapi;
 mod payments;
 
 use std::net::TcpListener;
