@@ -4,9 +4,9 @@
 //! document says what its server answers, and its server answers an undeclared method with
 //! 405 and `Allow`.
 
-mod support;
 #[path = "../examples/orders/openapi.rs"]
 mod example_openapi;
+mod support;
 
 use actix_web::test::TestRequest;
 use actix_web::{HttpResponse, post, web};
@@ -84,7 +84,7 @@ fn idempotent_operations_document_the_key_its_retention_and_the_problems() {
     assert_eq!(key["required"], true);
     assert_eq!(key["schema"]["type"], "string");
     assert_eq!(key["schema"]["minLength"], 1);
-    assert_eq!(key["schema"]["maxLength"], 255);
+    assert_eq!(key["schema"]["maxLength"], 2 + 2 * 255);
     let described = key["description"].as_str().unwrap();
     assert!(described.contains("36 hours"), "{described}");
 
@@ -117,7 +117,7 @@ fn idempotent_operations_document_the_key_its_retention_and_the_problems() {
     );
 
     // A 5xx is never stored, so never replayed.
-    assert!(op["responses"]["503"].get("headers").is_none());
+    assert!(op["responses"]["503"]["headers"]["Idempotent-Replayed"].is_null());
 
     let problem_ref = json!({ "$ref": "#/components/schemas/IdempotencyProblem" });
     for status in ["400", "409", "422"] {
@@ -211,16 +211,18 @@ fn idem_documents_every_problem_it_sends_itself() {
         );
         let described = response["description"].as_str().unwrap();
         for slug in slugs {
-            assert!(described.contains(slug), "{status} names {slug}: {described}");
+            assert!(
+                described.contains(slug),
+                "{status} names {slug}: {described}"
+            );
         }
     }
     // The handler's own 503 keeps its description; a 5xx is still never replayed.
     let unavailable = op["responses"]["503"]["description"].as_str().unwrap();
-    assert!(
-        unavailable.starts_with("Try again later"),
-        "{unavailable}"
-    );
-    assert!(op["responses"]["503"].get("headers").is_none());
+    assert!(unavailable.starts_with("Try again later"), "{unavailable}");
+    let headers = &op["responses"]["503"]["headers"];
+    assert!(headers["Idempotent-Replayed"].is_null(), "{headers}");
+    assert_eq!(headers["Retry-After"]["schema"]["type"], "integer");
     assert!(op["responses"]["500"].get("headers").is_none());
     // The 413 is idem's refusal before the key is claimed: nothing stored, nothing replayed.
     assert!(op["responses"]["413"].get("headers").is_none());
@@ -271,12 +273,18 @@ fn the_example_documents_what_its_server_answers() {
     assert!(create["responses"]["413"].is_object(), "{create}");
     let schemas = &doc["components"]["schemas"];
     assert_eq!(schemas["NewOrder"]["properties"]["quantity"]["minimum"], 1);
-    assert_eq!(schemas["NewOrder"]["properties"]["amount_cents"]["minimum"], 0);
+    assert_eq!(
+        schemas["NewOrder"]["properties"]["amount_cents"]["minimum"],
+        0
+    );
     let payment = &schemas["NewPayment"];
     assert_eq!(payment["additionalProperties"], false);
     assert_eq!(payment["properties"]["currency"]["pattern"], "^[A-Z]{3}$");
     assert_eq!(payment["properties"]["amount_cents"]["minimum"], 1);
-    assert_eq!(payment["properties"]["amount_cents"]["maximum"], 100_000_000);
+    assert_eq!(
+        payment["properties"]["amount_cents"]["maximum"],
+        100_000_000
+    );
 }
 
 /// A method a path does not serve is 405 with `Allow` listing the ones it does, as an
@@ -307,10 +315,52 @@ async fn an_undeclared_method_is_405_with_allow<DB: TestBackend>() {
     }
     // A path that does not exist is still 404.
     let reply = app
-        .call(TestRequest::default().method("TRACE".parse().unwrap()).uri("/nowhere"))
+        .call(
+            TestRequest::default()
+                .method("TRACE".parse().unwrap())
+                .uri("/nowhere"),
+        )
         .await;
     assert_eq!(reply.status, 404);
     assert_eq!(env.keys().await, 0);
 }
 
-backend_tests!(an_undeclared_method_is_405_with_allow);
+/// The document says `integer`, which JSON Schema reads as any number without a
+/// fractional part: `2.0` is an integer, `2.5` is not.
+async fn an_integer_may_be_written_with_a_zero_fraction<DB: TestBackend>() {
+    let env = support::Env::<DB>::open().await;
+    let app = support::service(&env.idem()).await;
+    let whole = r#"{"item":"pen","quantity":2.0,"amount_cents":1.5e2}"#;
+    let reply = app.call(support::post_order(ALICE, "whole", whole)).await;
+    assert_eq!(
+        reply.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reply.json()["quantity"], 2);
+    assert_eq!(reply.json()["amount_cents"], 150);
+    for (key, body) in [
+        (
+            "half",
+            r#"{"item":"pen","quantity":2.5,"amount_cents":150}"#,
+        ),
+        (
+            "huge",
+            r#"{"item":"pen","quantity":3e9,"amount_cents":150}"#,
+        ),
+        (
+            "text",
+            r#"{"item":"pen","quantity":"2","amount_cents":150}"#,
+        ),
+    ] {
+        let reply = app.call(support::post_order(ALICE, key, body)).await;
+        reply.assert_app_problem(422, "invalid-order");
+    }
+    assert_eq!(env.orders().await, 1);
+}
+
+backend_tests!(
+    an_undeclared_method_is_405_with_allow,
+    an_integer_may_be_written_with_a_zero_fraction,
+);

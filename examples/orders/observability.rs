@@ -1,10 +1,12 @@
 //! What the service tells operators and client authors: idem's metrics in Prometheus
 //! text at `GET /metrics`, and the OpenAPI document (`openapi.rs`) at `GET /openapi.json`.
 
-use actix_web::{HttpResponse, get, web};
+use actix_web::http::Method;
+use actix_web::{HttpResponse, web};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use utoipa::OpenApi;
 
+use crate::app::resource;
 use crate::openapi::ApiDoc;
 
 /// Bucket bounds in seconds for the time spent in idem's statements: a claim on a local
@@ -29,11 +31,16 @@ pub(crate) fn install_metrics() -> Result<PrometheusHandle, String> {
 /// Registers `GET /metrics` and `GET /openapi.json`.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig, metrics: &PrometheusHandle) {
     cfg.app_data(web::Data::new(metrics.clone()))
-        .service(prometheus_text)
-        .service(openapi_json);
+        .service(resource(
+            "/metrics",
+            [(Method::GET, web::to(prometheus_text))],
+        ))
+        .service(resource(
+            "/openapi.json",
+            [(Method::GET, web::to(openapi_json))],
+        ));
 }
 
-#[get("/metrics")]
 async fn prometheus_text(metrics: web::Data<PrometheusHandle>) -> HttpResponse {
     // Without the exporter's HTTP listener nothing else runs its upkeep.
     metrics.run_upkeep();
@@ -42,7 +49,6 @@ async fn prometheus_text(metrics: web::Data<PrometheusHandle>) -> HttpResponse {
         .body(metrics.render())
 }
 
-#[get("/openapi.json")]
 async fn openapi_json() -> HttpResponse {
     match ApiDoc::openapi().to_json() {
         Ok(json) => HttpResponse::Ok()
