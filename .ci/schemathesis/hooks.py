@@ -20,7 +20,7 @@ import schemathesis
 # The pattern idem publishes for the header (idem-runtime/src/openapi.rs, `key_pattern`).
 KEY = re.compile(r'(?:[!#-~][!-~]{0,254}|"(?:[!#-\[\]-~]|\\["\\]){1,255}")')
 
-# (account, key) -> the request it was first sent with.
+# key -> the request it was first sent with.
 _seen = {}
 _lock = threading.Lock()
 
@@ -44,18 +44,18 @@ def before_call(ctx, case, kwargs):
     name, value = _header(case.headers, "Idempotency-Key")
     if not isinstance(value, str) or not KEY.fullmatch(value):
         return
-    _, account = _header(case.headers, "X-Account-Id")
-    if account is None:
-        _, account = _header(kwargs.get("headers"), "X-Account-Id")
     request = json.dumps(
         [case.method.upper(), case.formatted_path, case.query, case.body],
         sort_keys=True,
         default=repr,
     )
-    scoped = (str(account), _key_as_meant(value))
+    # Keyed by the key alone, not by the account idem scopes it with: the account a
+    # request is sent as may be set after this hook (`-H`), and a fresh key where one
+    # was not needed costs nothing.
+    key = _key_as_meant(value)
     with _lock:
-        first = _seen.setdefault(scoped, request)
+        first = _seen.setdefault(key, request)
         if first != request:
             fresh = str(uuid.uuid4())
-            _seen[(str(account), fresh)] = request
+            _seen[fresh] = request
             case.headers[name] = fresh
