@@ -98,7 +98,9 @@ async fn the_example_serves_metrics_and_its_openapi_document() {
             .find(|p| p["name"] == "Idempotency-Key")
             .unwrap_or_else(|| panic!("{path} documents the key: {operation}"));
         assert_eq!(key["required"], true);
-        assert_eq!(key["schema"]["maxLength"], 255);
+        // The longest header value (quoted, every character escaped); the key is 255 at most.
+        assert_eq!(key["schema"]["maxLength"], 2 + 2 * 255);
+        assert_eq!(operation["x-idempotency"]["key_max_length"], 255);
         assert_eq!(operation["x-idempotency"]["retention"], retention);
         assert_eq!(
             operation["responses"]["409"]["content"]["application/problem+json"]["schema"],

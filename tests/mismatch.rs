@@ -24,7 +24,7 @@ async fn other_path<DB: TestBackend>(account: Account, tx: idem::Tx<'_, DB>) -> 
 }
 
 async fn app_with_first_order<DB: TestBackend>(env: &Env<DB>, key: &str) -> (TestApp, Reply) {
-    let app = support::service_with(&env.idem(), |cfg| {
+    let app = support::service_before(&env.idem(), |cfg| {
         cfg.route("/orders", web::put().to(put_orders::<DB>))
             .route("/test/other", web::post().to(other_path::<DB>));
     })

@@ -14,8 +14,8 @@ use std::future::{Future, Ready, ready};
 use std::time::Duration;
 
 use actix_web::error::JsonPayloadError;
-use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::{Method, StatusCode};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
 use serde::{Deserialize, Serialize};
 use sqlx::migrate::{MigrateError, Migrator};
@@ -52,19 +52,48 @@ pub(crate) async fn setup<DB: Store>(pool: &Pool<DB>) -> Result<(), MigrateError
 /// Registers idem, the pool, the extractor error handlers, the order routes and
 /// `GET /health`.
 ///
-/// The handlers are generic over the database, which actix's route attributes do not
-/// support, so each route is registered here with `.route(path, method)`, one line per
-/// route (each is a resource guarded by its method, like a route attribute makes). A
-/// non-generic handler with a route attribute goes in with `.service(handler)` as usual.
+/// Each path is one [`resource`] with all its methods, so that a method it does not
+/// serve is a 405 rather than the 404 of a path that does not exist.
 pub(crate) fn configure<DB: Store>(cfg: &mut web::ServiceConfig, idem: &idem::Idem<DB>) {
     cfg.app_data(idem.clone())
         .app_data(web::Data::new(idem.pool().clone()))
         .app_data(web::JsonConfig::default().error_handler(json_error))
         .app_data(web::PathConfig::default().error_handler(|_, _| AppError::NotFound.into()))
-        .route("/orders", web::post().to(create_order::<DB>))
-        .route("/orders", web::get().to(list_orders::<DB>))
-        .route("/orders/{id}", web::get().to(get_order::<DB>))
-        .route("/health", web::get().to(health::<DB>));
+        .service(resource(
+            "/orders",
+            [
+                (Method::GET, web::to(list_orders::<DB>)),
+                (Method::POST, web::to(create_order::<DB>)),
+            ],
+        ))
+        .service(resource(
+            "/orders/{id}",
+            [(Method::GET, web::to(get_order::<DB>))],
+        ))
+        .service(resource("/health", [(Method::GET, web::to(health::<DB>))]));
+}
+
+/// One path and the handler of each method it serves; any other method is answered 405
+/// `method-not-allowed` with `Allow` listing these (RFC 9110, section 15.5.6).
+///
+/// actix's route attributes, and `.route(path, web::post())`, make one resource per
+/// method, guarded by it: a request whose method no guard accepts falls through to the
+/// application's 404. One resource with a default service knows the path exists.
+pub(crate) fn resource(
+    path: &str,
+    routes: impl IntoIterator<Item = (Method, actix_web::Route)>,
+) -> actix_web::Resource {
+    let mut resource = web::resource(path);
+    let mut allow = Vec::new();
+    for (method, route) in routes {
+        allow.push(method.to_string());
+        resource = resource.route(route.method(method));
+    }
+    let allow = allow.join(", ");
+    resource.default_service(web::to(move || {
+        let error = AppError::MethodNotAllowed(allow.clone());
+        ready(Err::<HttpResponse, _>(error))
+    }))
 }
 
 /// 200 while a pooled connection answers a ping within [`HEALTH_TIMEOUT`], else 503
@@ -143,8 +172,36 @@ pub(crate) struct NewOrder {
 #[derive(Deserialize)]
 struct NewOrderFields {
     item: String,
+    #[serde(deserialize_with = "integer")]
     quantity: i32,
+    #[serde(deserialize_with = "integer")]
     amount_cents: i64,
+}
+
+/// A JSON number the document calls `integer`. JSON Schema counts any number without a
+/// fractional part as one, `2.0` and `2e3` included, and so do clients that generate from
+/// the document; serde's integers take only `2`.
+pub(crate) fn integer<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    use serde::de::{Error, Unexpected};
+
+    let number = serde_json::Number::deserialize(deserializer)?;
+    // An f64 in i64's range with no fraction converts exactly; the bounds are powers of two.
+    let whole = number.as_i64().or_else(|| {
+        number
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(f))
+            .map(|f| f as i64)
+    });
+    whole.and_then(|n| T::try_from(n).ok()).ok_or_else(|| {
+        D::Error::invalid_value(
+            Unexpected::Other(&number.to_string()),
+            &"an integer in the field's range",
+        )
+    })
 }
 
 impl TryFrom<NewOrderFields> for NewOrder {
@@ -344,6 +401,8 @@ pub(crate) enum AppError {
     CardDeclined { amount_cents: i64 },
     /// 404: no such order for this account.
     NotFound,
+    /// 405: the path exists but does not serve this method; the methods it serves.
+    MethodNotAllowed(String),
     /// 500: `?fail=500` asked for it; idem rolls the insert back.
     SimulatedFailure,
     /// 500: the database failed; idem rolls everything back.
@@ -363,6 +422,7 @@ impl AppError {
             Self::InvalidQuery(_) => "invalid-query",
             Self::CardDeclined { .. } => "card-declined",
             Self::NotFound => "order-not-found",
+            Self::MethodNotAllowed(_) => "method-not-allowed",
             Self::SimulatedFailure => "simulated-failure",
             Self::Database(_) => "internal-error",
             Self::Unavailable(_) => "database-unavailable",
@@ -379,6 +439,7 @@ impl AppError {
             Self::InvalidQuery(_) => "Invalid query parameter",
             Self::CardDeclined { .. } => "Card declined",
             Self::NotFound => "Order not found",
+            Self::MethodNotAllowed(_) => "Method not allowed",
             Self::SimulatedFailure => "Simulated failure",
             Self::Database(_) => "Internal error",
             Self::Unavailable(_) => "Database unavailable",
@@ -399,6 +460,7 @@ impl AppError {
                  {CARD_LIMIT_CENTS} cents"
             ),
             Self::NotFound => "there is no such order in this account".to_owned(),
+            Self::MethodNotAllowed(allow) => format!("this path answers {allow} only"),
             Self::SimulatedFailure => {
                 "failed after the insert, as ?fail=500 asked; nothing was saved".to_owned()
             }
@@ -433,6 +495,7 @@ impl ResponseError for AppError {
             Self::InvalidOrder(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::CardDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::SimulatedFailure | Self::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -449,12 +512,15 @@ impl ResponseError for AppError {
             "status": status.as_u16(),
             "detail": self.detail(),
         });
-        HttpResponse::build(status)
-            .insert_header((
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/problem+json"),
-            ))
-            .body(body.to_string())
+        let mut response = HttpResponse::build(status);
+        response.insert_header((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        ));
+        if let Self::MethodNotAllowed(allow) = self {
+            response.insert_header((header::ALLOW, allow.as_str()));
+        }
+        response.body(body.to_string())
     }
 }
 

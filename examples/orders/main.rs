@@ -30,9 +30,12 @@
 //! | the same key again, same request | the stored answer byte for byte, plus `Idempotent-Replayed: true` |
 //! | `GET /orders` | 200, the caller's orders as a JSON array, oldest first |
 //! | `GET /orders/{id}` | 200 with the order, or 404 `order-not-found` (also for another account's order) |
-//! | `GET /openapi.json` | 200, the OpenAPI document of `POST /orders` and `POST /payments`, with what idem adds to each (key header, retention, replay header, problems) |
+//! | `GET /openapi.json` | 200, the OpenAPI document of the orders and payments endpoints, with what idem adds to the idempotent ones (key header, retention, replay header, problems); CI runs schemathesis against it |
 //! | `GET /metrics` | 200, idem's metrics (`idem_requests_total`, `idem_takeovers_total`, `idem_statement_duration_seconds`) in Prometheus text format; no `X-Account-Id` needed |
 //! | `GET /health` (no account needed) | 200 `{"status":"ok"}` while the database answers, else 503 `database-unavailable` |
+//!
+//! A method a path does not serve (`PUT /orders`) is 405 `method-not-allowed` with `Allow`
+//! listing the ones it does; a path that does not exist is a 404.
 //!
 //! The key contract and idem's own answers (400 missing or invalid key, 409 in progress,
 //! 422 key reused) are those of the idem crate.
@@ -42,7 +45,8 @@
 //! - a body that is not JSON: 400 `malformed-body`; not sent as `application/json`: 415
 //!   `unsupported-media-type`;
 //! - JSON that is not a valid order (a missing or mistyped field, `quantity` below 1,
-//!   `amount_cents` below 0): 422 `invalid-order`;
+//!   `amount_cents` below 0): 422 `invalid-order`; integers may be written `2.0`, as JSON
+//!   Schema's `integer` allows;
 //! - an unknown or out-of-range query parameter: 400 `invalid-query`.
 //!
 //! Database errors are 500 `internal-error`, which idem rolls back. A request waits at
@@ -92,6 +96,7 @@
 
 mod app;
 mod observability;
+mod openapi;
 mod payments;
 
 use std::net::TcpListener;

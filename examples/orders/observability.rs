@@ -1,17 +1,13 @@
 //! What the service tells operators and client authors: idem's metrics in Prometheus
-//! text at `GET /metrics`, and the OpenAPI document of the idempotent endpoints at
-//! `GET /openapi.json`.
-//!
-//! The document describes the two idempotent operations here, beside the service rather
-//! than on its handlers; `idem::openapi::IdempotencyDocs` adds what idem contributes to
-//! each (the `Idempotency-Key` header, the retention policy, `Idempotent-Replayed` and
-//! the 400/409/422 problems). In a service of your own, put `#[utoipa::path]` on the
-//! handlers themselves.
+//! text at `GET /metrics`, and the OpenAPI document (`openapi.rs`) at `GET /openapi.json`.
 
-use actix_web::{HttpResponse, get, web};
-use idem::openapi::IdempotencyDocs;
+use actix_web::http::Method;
+use actix_web::{HttpResponse, web};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
+
+use crate::app::resource;
+use crate::openapi::ApiDoc;
 
 /// Bucket bounds in seconds for the time spent in idem's statements: a claim on a local
 /// database takes about a millisecond, one waiting for a duplicate up to `claim_wait`.
@@ -35,11 +31,16 @@ pub(crate) fn install_metrics() -> Result<PrometheusHandle, String> {
 /// Registers `GET /metrics` and `GET /openapi.json`.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig, metrics: &PrometheusHandle) {
     cfg.app_data(web::Data::new(metrics.clone()))
-        .service(prometheus_text)
-        .service(openapi_json);
+        .service(resource(
+            "/metrics",
+            [(Method::GET, web::to(prometheus_text))],
+        ))
+        .service(resource(
+            "/openapi.json",
+            [(Method::GET, web::to(openapi_json))],
+        ));
 }
 
-#[get("/metrics")]
 async fn prometheus_text(metrics: web::Data<PrometheusHandle>) -> HttpResponse {
     // Without the exporter's HTTP listener nothing else runs its upkeep.
     metrics.run_upkeep();
@@ -48,7 +49,6 @@ async fn prometheus_text(metrics: web::Data<PrometheusHandle>) -> HttpResponse {
         .body(metrics.render())
 }
 
-#[get("/openapi.json")]
 async fn openapi_json() -> HttpResponse {
     match ApiDoc::openapi().to_json() {
         Ok(json) => HttpResponse::Ok()
@@ -57,64 +57,3 @@ async fn openapi_json() -> HttpResponse {
         Err(error) => HttpResponse::InternalServerError().body(error.to_string()),
     }
 }
-
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "orders", description = "The idem example service's idempotent endpoints"),
-    paths(create_order, create_payment),
-    modifiers(&IdempotencyDocs)
-)]
-struct ApiDoc;
-
-/// The body of `POST /orders`.
-#[derive(ToSchema)]
-#[allow(dead_code)] // a description only
-struct NewOrder {
-    item: String,
-    /// At least 1.
-    quantity: i32,
-    /// At least 0; above 1000000 the card is declined.
-    amount_cents: i64,
-}
-
-/// The body of `POST /payments`.
-#[derive(ToSchema)]
-#[allow(dead_code)] // a description only
-struct NewPayment {
-    /// 1 to 100000000.
-    amount_cents: i64,
-    /// Three capital letters, e.g. `EUR`.
-    currency: String,
-}
-
-/// Creates an order (`app::create_order`).
-#[utoipa::path(
-    post,
-    path = "/orders",
-    request_body = NewOrder,
-    params(("X-Account-Id" = i64, Header, description = "The caller's account id")),
-    responses(
-        (status = 201, description = "The order as JSON, with `Location: /orders/{id}`"),
-        (status = 401, description = "`unauthenticated`: no usable `X-Account-Id`"),
-        (status = 402, description = "`card-declined`: stored and replayed like a 201"),
-        (status = 422, description = "`invalid-order`: the body is not a valid order"),
-    )
-)]
-#[allow(dead_code)] // the handler is `app::create_order`
-fn create_order() {}
-
-/// Creates and charges a payment in phases (`payments::create_payment`).
-#[utoipa::path(
-    post,
-    path = "/payments",
-    request_body = NewPayment,
-    params(("X-Account-Id" = i64, Header, description = "The caller's account id")),
-    responses(
-        (status = 201, description = "The payment as JSON, with `Location: /payments/{id}`"),
-        (status = 401, description = "`unauthenticated`: no usable `X-Account-Id`"),
-        (status = 422, description = "`invalid-payment`: the body is not a valid payment"),
-        (status = 502, description = "`provider-failed`: retry with the same key to resume"),
-    )
-)]
-#[allow(dead_code)] // the handler is `payments::create_payment`
-fn create_payment() {}

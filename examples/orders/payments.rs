@@ -17,13 +17,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::{Method, StatusCode};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
 use serde::{Deserialize, Serialize};
 use sqlx::{Pool, Postgres, Sqlite};
 
-use crate::app::{Account, PROBLEM_BASE, Store};
+use crate::app::{Account, PROBLEM_BASE, Store, integer, resource};
 
 /// The crash points `IDEM_EXAMPLE_CRASH_AFTER` accepts: the three phases, and the moment
 /// inside `charged` after the provider answered and before the phase commits.
@@ -73,12 +73,21 @@ impl Settings {
 }
 
 /// Registers the payment routes, the provider's route and their settings (one
-/// `.route(path, method)` per route, as the handlers are generic over the database).
+/// [`resource`] per path: another method is a 405).
 pub(crate) fn configure<DB: PaymentStore>(cfg: &mut web::ServiceConfig, settings: Settings) {
     cfg.app_data(web::Data::new(settings))
-        .route("/payments", web::post().to(create_payment::<DB>))
-        .route("/payments/{id}", web::get().to(get_payment::<DB>))
-        .route("/provider/charges", web::post().to(provider_charge::<DB>));
+        .service(resource(
+            "/payments",
+            [(Method::POST, web::to(create_payment::<DB>))],
+        ))
+        .service(resource(
+            "/payments/{id}",
+            [(Method::GET, web::to(get_payment::<DB>))],
+        ))
+        .service(resource(
+            "/provider/charges",
+            [(Method::POST, web::to(provider_charge::<DB>))],
+        ));
 }
 
 /// A payment as the API shows it; also each phase's recorded output.
@@ -191,6 +200,7 @@ pub(crate) struct NewPayment {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewPaymentFields {
+    #[serde(deserialize_with = "integer")]
     amount_cents: i64,
     currency: String,
 }

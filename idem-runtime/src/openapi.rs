@@ -6,7 +6,8 @@
 //! written by hand:
 //!
 //! - the `Idempotency-Key` request header: required, 1 to 255 visible ASCII characters,
-//!   bare or as a Structured Field string, with the key's retention in its description;
+//!   bare or as a Structured Field string, with the key's retention in its description
+//!   and a `pattern` that accepts exactly the values the server does;
 //! - the idempotency policy the IETF draft asks a resource to publish, as the operation's
 //!   `x-idempotency` extension: the header, the scope parameter, the retention (ISO 8601
 //!   and seconds), what the fingerprint covers and, for the phased form, the lease in ms;
@@ -14,9 +15,12 @@
 //! - the `Idempotent-Replayed: true` header on the responses the handler documents,
 //!   except 5xx ones (a replay may carry any other; a 5xx is never stored);
 //! - the problem responses idem answers itself, `application/problem+json` with the
-//!   `IdempotencyProblem` schema: 400 (key missing or invalid), 409 (in progress, with
-//!   `Retry-After`) and 422 (key reused for a different request). A status the handler
-//!   already documents keeps its description, with idem's meaning added to it.
+//!   `IdempotencyProblem` schema: 400 (key missing or invalid, body not JSON or not
+//!   decodable), 409 (in progress, with `Retry-After`), 413 (body over idem's limit), 422
+//!   (key reused for a different request), 500 (an outcome idem could not store or
+//!   replay) and 503 (key store unavailable or, on SQLite, busy; with `Retry-After`). A
+//!   status the handler already documents keeps its description, with idem's meaning
+//!   added to it.
 //!
 //! An operation is matched to its handler by method and path when `#[idempotent]` could
 //! see the route (written above the route attribute, see [`Policy::route`]), else by its
@@ -175,7 +179,10 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
     let key_schema = ObjectBuilder::new()
         .schema_type(Type::String)
         .min_length(Some(1))
-        .max_length(Some(MAX_KEY_LEN))
+        // The longest header value that still decodes to a key of MAX_KEY_LEN: quoted, with
+        // every character escaped. The pattern bounds the key itself.
+        .max_length(Some(2 + 2 * MAX_KEY_LEN))
+        .pattern(Some(key_pattern()))
         .examples(["8e03978e-40d5-43e8-bc93-6894a57f9324"]);
     let key = ParameterBuilder::new()
         .name("Idempotency-Key")
@@ -245,11 +252,13 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
     for (status, text, kinds, extra_header) in [
         (
             "400",
-            "The `Idempotency-Key` header is missing or malformed, or a JSON body does not parse",
+            "The `Idempotency-Key` header is missing or malformed, or the body does not parse \
+             as JSON or decode as its `Content-Encoding` says",
             &[
                 ProblemKind::KeyMissing,
                 ProblemKind::KeyInvalid,
                 ProblemKind::BodyInvalid,
+                ProblemKind::EncodingInvalid,
             ][..],
             None,
         ),
@@ -261,11 +270,43 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
             Some(("Retry-After", retry_after.clone())),
         ),
         (
+            "413",
+            "The request body is over the limit idem reads for its fingerprint; the key was not \
+             used",
+            &[ProblemKind::BodyTooLarge][..],
+            None,
+        ),
+        (
             "422",
             "This `Idempotency-Key` was used for a different request (`mismatch` says whether \
              the method or path, or the body differs): use a new key",
             &[ProblemKind::KeyReused][..],
             None,
+        ),
+        (
+            "500",
+            "The operation's outcome could not be stored or replayed (the response is too large \
+             to store, its body failed, the handler panicked, ended or broke its transaction, \
+             the stored response does not decrypt, idem is not configured, or an operator \
+             marked the operation failed); nothing was stored for the key",
+            &[
+                ProblemKind::ResponseTooLarge,
+                ProblemKind::ResponseFailed,
+                ProblemKind::HandlerPanicked,
+                ProblemKind::TransactionEnded,
+                ProblemKind::TransactionAborted,
+                ProblemKind::StoredResponseUnreadable,
+                ProblemKind::NotConfigured,
+                ProblemKind::OperationFailed,
+            ][..],
+            None,
+        ),
+        (
+            "503",
+            "The key store failed or, on SQLite, stayed busy with other requests: nothing was \
+             saved, retry with the same key after `Retry-After`",
+            &[ProblemKind::StorageUnavailable, ProblemKind::StorageBusy][..],
+            Some(("Retry-After", retry_after.clone())),
         ),
     ] {
         let types: Vec<String> = kinds.iter().map(|kind| kind.type_uri()).collect();
@@ -307,6 +348,17 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
             }
         }
     }
+}
+
+/// The header values `IdempotencyKey::parse` accepts, as an ECMA-262 pattern for
+/// schema-driven clients and testers: a bare key of visible ASCII that does not start
+/// with a quote (one that does is read as a Structured Field string), or a Structured
+/// Field string of visible ASCII with `"` and `\` escaped (its key then 1 to 255 long).
+fn key_pattern() -> String {
+    format!(
+        r#"^(?:[!#-~][!-~]{{0,{rest}}}|"(?:[!#-\[\]-~]|\\["\\]){{1,{MAX_KEY_LEN}}}")$"#,
+        rest = MAX_KEY_LEN - 1
+    )
 }
 
 fn replayed_header() -> Header {

@@ -272,11 +272,30 @@ pub(crate) async fn service_with<DB: app::Store>(
     idem: &idem::Idem<DB>,
     extra: impl FnOnce(&mut web::ServiceConfig),
 ) -> TestApp {
+    build(idem, |_| {}, extra).await
+}
+
+/// The example's application with `extra` registered before it: for a test route on one
+/// of the example's paths with another method, which the example's resource for that
+/// path would otherwise answer 405.
+pub(crate) async fn service_before<DB: app::Store>(
+    idem: &idem::Idem<DB>,
+    extra: impl FnOnce(&mut web::ServiceConfig),
+) -> TestApp {
+    build(idem, extra, |_| {}).await
+}
+
+async fn build<DB: app::Store>(
+    idem: &idem::Idem<DB>,
+    before: impl FnOnce(&mut web::ServiceConfig),
+    after: impl FnOnce(&mut web::ServiceConfig),
+) -> TestApp {
     let service = Rc::new(
         test::init_service(
             App::new()
+                .configure(before)
                 .configure(|cfg| app::configure(cfg, idem))
-                .configure(extra),
+                .configure(after),
         )
         .await,
     );
