@@ -287,7 +287,7 @@ pub async fn resolve_key<DB: Backend>(
 }
 
 /// [`resolve_key`] for the database of `idem`, with its settings: with encrypted storage
-/// (feature `encryption`, [`Idem::encrypt_with`](crate::Idem::encrypt_with)) the answer
+/// (feature `encryption`, `Idem::encrypt_with`) the answer
 /// is sealed with `idem`'s keyring, so that its retries replay it like any other stored
 /// response. Build `idem` as the application does, with the same keyring.
 ///
