@@ -287,7 +287,8 @@ impl<DB: Backend> Prepared<DB> {
 
         let (head, body_bytes) = match self.buffer_response(response, "nothing was saved").await {
             Ok(parts) => parts,
-            Err(answer) => return answer,
+            Err(Unbuffered::TooLarge) => return (self.too_large("nothing was saved"), "too_large"),
+            Err(Unbuffered::Failed(answer)) => return (answer, "rolled_back"),
         };
         let (status, stored_headers, stored_body) =
             self.seal_response(&claim, generation, &head, &body_bytes);
@@ -333,7 +334,8 @@ impl<DB: Backend> Prepared<DB> {
                     tracing::error!(
                         handler = self.policy.handler(),
                         status = stored.status,
-                        "the handler answered success after one of its statements failed;                          its writes were lost, so the request was rolled back"
+                        "the handler answered success after one of its statements failed; \
+                         its writes were lost, so the request was rolled back"
                     );
                     let response = ProblemKind::TransactionAborted
                         .response("the request failed and nothing was saved; it may be retried");
@@ -412,12 +414,13 @@ impl<DB: Backend> Prepared<DB> {
     }
 
     /// Reads the handler's response body into memory to store it, up to the stored limit.
-    /// `consequence` completes the problem's detail: what became of the request's writes.
+    /// `consequence` completes the problem's detail of a failed body stream: what became
+    /// of the request's writes.
     pub(crate) async fn buffer_response(
         &self,
         response: HttpResponse,
         consequence: &str,
-    ) -> Result<(HttpResponse<()>, Bytes), (HttpResponse, &'static str)> {
+    ) -> Result<(HttpResponse<()>, Bytes), Unbuffered> {
         let (head, response_body) = response.into_parts();
         match body::to_bytes_limited(response_body, self.idem.stored_limit()).await {
             Ok(Ok(bytes)) => Ok((head, bytes)),
@@ -426,22 +429,26 @@ impl<DB: Backend> Prepared<DB> {
                 let response = ProblemKind::ResponseFailed.response(format!(
                     "the request failed and {consequence}; it may be retried"
                 ));
-                Err((response, "rolled_back"))
+                Err(Unbuffered::Failed(response))
             }
             Err(BodyLimitExceeded { .. }) => {
                 tracing::error!(
                     handler = self.policy.handler(),
                     limit = self.idem.stored_limit(),
-                    "response too large to store for replay; not recorded (raise Idem::max_stored_bytes)"
+                    "response too large to store for replay (raise Idem::max_stored_bytes)"
                 );
-                let detail = format!(
-                    "the response is larger than the {} bytes the server stores for replay; \
-                     {consequence}",
-                    self.idem.stored_limit()
-                );
-                Err((ProblemKind::ResponseTooLarge.response(detail), "too_large"))
+                Err(Unbuffered::TooLarge)
             }
         }
+    }
+
+    /// The `response-too-large` problem, its detail completed by `consequence`.
+    pub(crate) fn too_large(&self, consequence: &str) -> HttpResponse {
+        ProblemKind::ResponseTooLarge.response(format!(
+            "the response is larger than the {} bytes the server stores for replay; \
+             {consequence}",
+            self.idem.stored_limit()
+        ))
     }
 
     /// The response as the key store keeps it: its status, the allow-listed headers as
@@ -562,6 +569,14 @@ fn commit_failed<DB: Backend>(error: &sqlx::Error) -> HttpResponse {
         "the database did not confirm the commit, so the request may or may not have been \
          saved; retrying with the same Idempotency-Key is safe and returns its outcome",
     )
+}
+
+/// Why a handler's response could not be read for storing.
+pub(crate) enum Unbuffered {
+    /// It is larger than `Idem::max_stored_bytes`.
+    TooLarge,
+    /// Its body stream failed; the problem to answer.
+    Failed(HttpResponse),
 }
 
 /// Keys held by requests of this process whose transaction is open, for a backend that

@@ -22,7 +22,9 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
-use crate::flow::{Prepared, answer_existing, in_progress, mismatched, storage_unavailable};
+use crate::flow::{
+    Prepared, Unbuffered, answer_existing, in_progress, mismatched, storage_unavailable,
+};
 use crate::metrics::timed;
 use crate::problem::ProblemKind;
 use crate::store::{
@@ -810,19 +812,19 @@ impl<DB: Backend> Prepared<DB> {
             // same oversized answer and fail again, until the key is stranded. So the
             // problem is recorded as the key's answer: the key completes, and no retry
             // runs the handler again.
-            Err((_, "too_large")) => {
-                let detail = format!(
-                    "the request was carried out, but its response is larger than the {}                      bytes the server stores for replay; this answer was recorded in its                      place, and every retry with this key gets it",
-                    self.idem.stored_limit()
+            Err(Unbuffered::TooLarge) => {
+                let answer = self.too_large(
+                    "the request was carried out, so this answer was recorded in its place, \
+                     and every retry with this key gets it",
                 );
-                let (head, body) = ProblemKind::ResponseTooLarge.response(detail).into_parts();
+                let (head, body) = answer.into_parts();
                 // A problem document is a few hundred bytes, far below any stored limit.
                 let body = actix_web::body::MessageBody::try_into_bytes(body).unwrap_or_default();
                 (head, body, "too_large")
             }
-            Err(answer) => {
+            Err(Unbuffered::Failed(answer)) => {
                 self.release(&attempt).await;
-                return answer;
+                return (answer, "rolled_back");
             }
         };
         let (status, stored_headers, stored_body) =

@@ -17,18 +17,23 @@ use crate::store::{
 /// `started` is never deleted, however old: in the phased form it may hold committed
 /// phases (money moved) with no final answer, and deleting it would let a late retry
 /// start the operation again with new derived keys. Such keys are left for an operator
-/// ([`STRANDED`]). Kept in one constant so the sweep, the dry run and `stats` cannot
+/// (`stranded!`). Kept in one constant so the sweep, the dry run and `stats` cannot
 /// disagree.
 const DELETABLE: &str = concat!("state = 'completed' AND expires_at <= ", now!());
 
 /// Keys in progress past their retention with no live lease, left for an operator.
-pub(crate) const STRANDED: &str = concat!(
-    "state = 'started' AND expires_at <= ",
-    now!(),
-    " AND (locked_until IS NULL OR locked_until <= ",
-    now!(),
-    ")"
-);
+macro_rules! stranded {
+    () => {
+        concat!(
+            "state = 'started' AND expires_at <= ",
+            now!(),
+            " AND (locked_until IS NULL OR locked_until <= ",
+            now!(),
+            ")"
+        )
+    };
+}
+const STRANDED: &str = stranded!();
 
 /// One batch: up to `batch_size` rows chosen oldest first through the `expires_at` index
 /// and deleted by `rowid`, the table's own key. The statement commits on its own; SQLite
@@ -120,11 +125,9 @@ SELECT scope, idem_key, recovery_point, created_at, locked_until
 
 const OLDEST_STRANDED: &str = concat!(
     "SELECT scope, idem_key, recovery_point, created_at, locked_until
-  FROM idem_keys WHERE state = 'started' AND expires_at <= ",
-    now!(),
-    " AND (locked_until IS NULL OR locked_until <= ",
-    now!(),
-    ") ORDER BY created_at LIMIT 1"
+  FROM idem_keys WHERE ",
+    stranded!(),
+    " ORDER BY created_at LIMIT 1"
 );
 
 /// Page bytes from the `dbstat` table (compiled into the bundled SQLite): the table's
@@ -223,11 +226,9 @@ pub(crate) async fn count_stranded(pool: &SqlitePool) -> sqlx::Result<(u64, Opti
 const STRANDED_KEYS: &str = concat!(
     "SELECT scope, idem_key, method, path, recovery_point, created_at, expires_at,
        locked_until, generation
-  FROM idem_keys WHERE state = 'started' AND expires_at <= ",
-    now!(),
-    " AND (locked_until IS NULL OR locked_until <= ",
-    now!(),
-    ") ORDER BY created_at LIMIT $1"
+  FROM idem_keys WHERE ",
+    stranded!(),
+    " ORDER BY created_at LIMIT $1"
 );
 
 /// Up to `limit` stranded keys, oldest first.
