@@ -37,6 +37,18 @@ impl Server {
         wrapper: &[String],
         startup: Duration,
     ) -> Result<Self, String> {
+        Self::start_with_args(url, pool, acquire_ping, &[], wrapper, startup)
+    }
+
+    /// [`start_with`](Self::start_with), passing `args` on to `idem-bench serve`.
+    pub(crate) fn start_with_args(
+        url: &str,
+        pool: u32,
+        acquire_ping: bool,
+        args: &[&str],
+        wrapper: &[String],
+        startup: Duration,
+    ) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
@@ -52,6 +64,7 @@ impl Server {
                 "--acquire-ping",
                 if acquire_ping { "true" } else { "false" },
             ])
+            .args(args)
             // The server's own tracing is off: logging is not what is measured.
             .env_remove("RUST_LOG")
             .stdin(Stdio::piped())

@@ -82,6 +82,14 @@ impl Probe {
         }
     }
 
+    /// The server child (if any) and this process alone: SQLite runs inside the server.
+    pub(crate) fn without_database(server: Option<u32>) -> Probe {
+        Probe {
+            server,
+            postgres: Vec::new(),
+        }
+    }
+
     pub(crate) fn sample(&self) -> CpuTime {
         CpuTime {
             server: self.server.map_or(0, process_ns),

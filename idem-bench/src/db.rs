@@ -43,7 +43,7 @@ pub(crate) async fn create_schema(pool: &PgPool) -> Result<(), String> {
     idem::migrate(pool)
         .await
         .map_err(|e| format!("idem's migrations failed: {e}"))?;
-    crate::orders::MIGRATOR
+    <sqlx::Postgres as crate::orders::OrderStore>::migrator()
         .run(pool)
         .await
         .map_err(|e| format!("the example's migrations failed: {e}"))?;

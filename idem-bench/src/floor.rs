@@ -5,14 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::task::JoinSet;
 
 use crate::db::protocol;
 use std::sync::Arc;
 
 use crate::load::{KeyLog, new_key};
-use crate::orders::{Account, NewOrder, ORDER_BODY, insert_order};
+use crate::orders::{Account, NewOrder, ORDER_BODY, OrderStore};
 use crate::stats::Stats;
 
 /// Which statements one operation sends.
@@ -133,7 +133,7 @@ pub(crate) async fn once(
     steps: &mut Steps,
 ) -> sqlx::Result<()> {
     match floor {
-        Floor::Bare => step(steps, 2, insert_order(conn, account, order))
+        Floor::Bare => step(steps, 2, Postgres::insert_order(conn, account, order))
             .await
             .map(drop),
         Floor::Protocol => protocol_once(conn, account, key, Some(order), steps)
@@ -178,7 +178,7 @@ async fn hand_once(
     if claimed.is_none() {
         return Err(sqlx::Error::Protocol("the new key existed".into()));
     }
-    let created = step(steps, 2, insert_order(&mut tx, account, order)).await?;
+    let created = step(steps, 2, Postgres::insert_order(&mut tx, account, order)).await?;
     let body = serde_json::to_vec(&created).expect("an order serializes");
     let location = format!("/orders/{}", created.id);
     step(
@@ -231,7 +231,7 @@ pub(crate) async fn protocol_once(
     }
     let (headers, body) = match order {
         Some(order) => {
-            let created = step(steps, 2, insert_order(&mut tx, account, order)).await?;
+            let created = step(steps, 2, Postgres::insert_order(&mut tx, account, order)).await?;
             let headers = format!(
                 "location: /orders/{}\r\ncontent-type: application/json\r\n",
                 created.id

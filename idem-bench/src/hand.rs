@@ -8,15 +8,21 @@
 //! exact body bytes, and `BEGIN` with its `SET LOCAL` in one round trip. It stores the
 //! response as `bytea` rather than the seed's `jsonb`: replay must return the exact bytes,
 //! and parsing JSON in the database would only make the baseline slower.
+//!
+//! On SQLite the same protocol, as a careful user writes it there: `BEGIN IMMEDIATE`,
+//! which takes the database's one write lock up front (a deferred `BEGIN` that reads
+//! first could fail with `SQLITE_BUSY` when it upgrades), waiting for it as long as the
+//! connection's busy timeout says; there is no row lock to wait on, since the writer holds
+//! the whole database.
 
 use actix_web::http::header::{self, ContentType};
-use actix_web::{HttpRequest, HttpResponse, post, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
+use sqlx::{Pool, Postgres, Sqlite};
 
-use crate::orders::{Account, NewOrder, insert_order};
+use crate::orders::{Account, NewOrder, OrderStore};
 
 /// The seed's key table (section 3), with the response stored as exact bytes plus the
 /// `Location` it must replay (the seed's gotchas). Like `idem_keys` it has its primary
@@ -55,8 +61,53 @@ UPDATE hand_keys SET state = 'completed', response_code = 201, response_location
        response_body = $4, locked_until = NULL
  WHERE account_id = $1 AND idem_key = $2";
 
+/// A key that exists, with its row lock (PostgreSQL).
+const SELECT_EXISTING: &str = "\
+SELECT request_hash, state, coalesce(locked_until > now(), false),
+       response_code, response_location, response_body
+  FROM hand_keys WHERE account_id = $1 AND idem_key = $2 FOR UPDATE";
+
 /// SQLSTATE `lock_not_available`: a duplicate waited longer than the lock timeout.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The same table on SQLite: times in seconds since the Unix epoch.
+pub(crate) const SQLITE_SCHEMA: &str = "\
+CREATE TABLE hand_keys (
+    account_id        INTEGER NOT NULL,
+    idem_key          TEXT    NOT NULL,
+    request_hash      BLOB    NOT NULL,
+    method            TEXT    NOT NULL,
+    path              TEXT    NOT NULL,
+    state             TEXT    NOT NULL DEFAULT 'started',
+    recovery_point    TEXT    NOT NULL DEFAULT 'started',
+    locked_until      INTEGER,
+    response_code     INTEGER,
+    response_location TEXT,
+    response_body     BLOB,
+    created_at        INTEGER NOT NULL DEFAULT (unixepoch()),
+    PRIMARY KEY (account_id, idem_key)
+) STRICT;
+CREATE INDEX hand_keys_created_at ON hand_keys (created_at);";
+
+/// The write lock, taken at once; the busy timeout is the connection's.
+pub(crate) const SQLITE_BEGIN: &str = "BEGIN IMMEDIATE";
+
+/// The seed's claim on SQLite.
+pub(crate) const SQLITE_CLAIM: &str = "\
+INSERT INTO hand_keys (account_id, idem_key, request_hash, method, path, locked_until)
+VALUES ($1, $2, $3, $4, $5, unixepoch() + 60)
+ON CONFLICT (account_id, idem_key) DO NOTHING
+RETURNING true";
+
+/// A key that exists; the write lock already keeps every other writer out.
+const SQLITE_SELECT_EXISTING: &str = "\
+SELECT request_hash, state, coalesce(locked_until > unixepoch(), false),
+       response_code, response_location, response_body
+  FROM hand_keys WHERE account_id = $1 AND idem_key = $2";
+
+/// `SQLITE_BUSY` in the low byte of every extended code: no write lock within the busy
+/// timeout.
+const SQLITE_BUSY: i32 = 5;
 
 type ExistingRow = (
     Vec<u8>,
@@ -67,12 +118,40 @@ type ExistingRow = (
     Option<Vec<u8>>,
 );
 
+/// A database the hand-written baseline runs on: its statements there.
+pub(crate) trait Hand: OrderStore {
+    /// What opens the transaction (and, on PostgreSQL, sets its lock timeout).
+    const BEGIN: &'static str;
+    const CLAIM: &'static str;
+    const SELECT_EXISTING: &'static str;
+
+    /// Claims the key, runs the insert and records the response in one transaction;
+    /// or answers from the row that holds the key.
+    fn execute(
+        pool: &Pool<Self>,
+        request: &HandRequest<'_>,
+        order: &NewOrder,
+    ) -> impl Future<Output = sqlx::Result<HttpResponse>>;
+
+    /// A duplicate (PostgreSQL) or another writer (SQLite) held the lock too long.
+    fn is_lock_timeout(error: &sqlx::Error) -> bool;
+}
+
+/// What identifies one request to the key table.
+#[derive(Debug)]
+pub(crate) struct HandRequest<'a> {
+    account: Account,
+    key: &'a str,
+    hash: &'a [u8],
+    method: &'a str,
+    path: &'a str,
+}
+
 /// `POST /hand/orders`.
-#[post("/hand/orders")]
-pub(crate) async fn create_order(
+pub(crate) async fn create_order<DB: Hand>(
     req: HttpRequest,
     account: Account,
-    pool: web::Data<PgPool>,
+    pool: web::Data<Pool<DB>>,
     body: web::Bytes,
 ) -> HttpResponse {
     let Some(key) = idempotency_key(&req) else {
@@ -98,81 +177,119 @@ pub(crate) async fn create_order(
     let canonical = serde_json::json!({ "method": method, "path": path, "body": value });
     let hash = Sha256::digest(serde_json::to_vec(&canonical).expect("JSON serializes"));
 
-    match execute(&pool, account, key, hash.as_slice(), method, path, &order).await {
+    let request = HandRequest {
+        account,
+        key,
+        hash: hash.as_slice(),
+        method,
+        path,
+    };
+    match DB::execute(&pool, &request, &order).await {
         Ok(response) => response,
-        Err(error) if is_lock_timeout(&error) => in_progress(),
+        Err(error) if <DB as Hand>::is_lock_timeout(&error) => in_progress(),
         // The transaction was dropped, hence rolled back: the key can be retried.
         Err(_) => problem(500, "nothing was saved; retry"),
     }
 }
 
-async fn execute(
-    pool: &PgPool,
-    account: Account,
-    key: &str,
-    hash: &[u8],
-    method: &str,
-    path: &str,
-    order: &NewOrder,
-) -> sqlx::Result<HttpResponse> {
-    // The lock timeout makes a concurrent duplicate, blocked on the key's index entry,
-    // give up after a second instead of holding its connection for as long as the first
-    // request runs.
-    let mut tx = pool.begin_with(BEGIN).await?;
-    let claimed: Option<bool> = sqlx::query_scalar(CLAIM)
-        .bind(account.0)
-        .bind(key)
-        .bind(hash)
-        .bind(method)
-        .bind(path)
-        .fetch_optional(&mut *tx)
-        .await?;
+/// Implements [`Hand`] for one database: the same steps, the statements given.
+macro_rules! hand {
+    ($db:ty, $begin:expr, $claim:expr, $select:expr, $is_lock_timeout:expr) => {
+        impl Hand for $db {
+            const BEGIN: &'static str = $begin;
+            const CLAIM: &'static str = $claim;
+            const SELECT_EXISTING: &'static str = $select;
 
-    if claimed.is_none() {
-        let row: Option<ExistingRow> = sqlx::query_as(
-            "SELECT request_hash, state, coalesce(locked_until > now(), false), \
-                    response_code, response_location, response_body \
-               FROM hand_keys WHERE account_id = $1 AND idem_key = $2 FOR UPDATE",
-        )
-        .bind(account.0)
-        .bind(key)
-        .fetch_optional(&mut *tx)
-        .await?;
-        // Nothing was written: end the transaction now to free the connection.
-        tx.rollback().await?;
-        let Some((stored_hash, state, _locked, code, location, body)) = row else {
-            // The holder rolled back between our insert and our select.
-            return Ok(in_progress());
-        };
-        if stored_hash != hash {
-            return Ok(problem(
-                422,
-                "this Idempotency-Key was used for another request",
-            ));
+            async fn execute(
+                pool: &Pool<Self>,
+                request: &HandRequest<'_>,
+                order: &NewOrder,
+            ) -> sqlx::Result<HttpResponse> {
+                let HandRequest {
+                    account,
+                    key,
+                    hash,
+                    method,
+                    path,
+                } = *request;
+                // PostgreSQL: the lock timeout makes a concurrent duplicate, blocked on the
+                // key's index entry, give up after a second instead of holding its
+                // connection for as long as the first request runs. SQLite: the write lock.
+                let mut tx = pool.begin_with(Self::BEGIN).await?;
+                let claimed: Option<bool> = sqlx::query_scalar(Self::CLAIM)
+                    .bind(account.0)
+                    .bind(key)
+                    .bind(hash)
+                    .bind(method)
+                    .bind(path)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+
+                if claimed.is_none() {
+                    let row: Option<ExistingRow> = sqlx::query_as(Self::SELECT_EXISTING)
+                        .bind(account.0)
+                        .bind(key)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    // Nothing was written: end the transaction now to free the connection.
+                    tx.rollback().await?;
+                    return Ok(answer_existing(row, hash));
+                }
+
+                let created = Self::insert_order(&mut tx, account, order).await?;
+                let body = serde_json::to_vec(&created).expect("an order serializes");
+                let location = format!("/orders/{}", created.id);
+                sqlx::query(COMPLETE)
+                    .bind(account.0)
+                    .bind(key)
+                    .bind(&location)
+                    .bind(&body)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(HttpResponse::Created()
+                    .insert_header((header::LOCATION, location))
+                    .content_type(ContentType::json())
+                    .body(body))
+            }
+
+            fn is_lock_timeout(error: &sqlx::Error) -> bool {
+                error
+                    .as_database_error()
+                    .and_then(|e| e.code())
+                    .is_some_and(|code| $is_lock_timeout(&code))
+            }
         }
-        return Ok(match (state.as_str(), code, body) {
-            ("completed", Some(code), Some(body)) => replay(code, location, body),
-            // In the single-transaction form a started row is never committed, so this is
-            // only reached by a multi-phase writer; lease takeover is not the baseline's job.
-            _ => in_progress(),
-        });
-    }
+    };
+}
 
-    let created = insert_order(&mut tx, account, order).await?;
-    let body = serde_json::to_vec(&created).expect("an order serializes");
-    let location = format!("/orders/{}", created.id);
-    sqlx::query(COMPLETE)
-        .bind(account.0)
-        .bind(key)
-        .bind(&location)
-        .bind(&body)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(HttpResponse::Created()
-        .insert_header((header::LOCATION, location))
-        .content_type(ContentType::json())
-        .body(body))
+hand!(Postgres, BEGIN, CLAIM, SELECT_EXISTING, |code: &str| code
+    == LOCK_NOT_AVAILABLE);
+hand!(
+    Sqlite,
+    SQLITE_BEGIN,
+    SQLITE_CLAIM,
+    SQLITE_SELECT_EXISTING,
+    |code: &str| code
+        .parse::<i32>()
+        .is_ok_and(|code| code & 0xff == SQLITE_BUSY)
+);
+
+/// The answer for a key that a row holds already.
+fn answer_existing(row: Option<ExistingRow>, hash: &[u8]) -> HttpResponse {
+    let Some((stored_hash, state, _locked, code, location, body)) = row else {
+        // The holder rolled back between our insert and our select.
+        return in_progress();
+    };
+    if stored_hash != hash {
+        return problem(422, "this Idempotency-Key was used for another request");
+    }
+    match (state.as_str(), code, body) {
+        ("completed", Some(code), Some(body)) => replay(code, location, body),
+        // In the single-transaction form a started row is never committed, so this is
+        // only reached by a multi-phase writer; lease takeover is not the baseline's job.
+        _ => in_progress(),
+    }
 }
 
 /// 1 to 255 visible ASCII characters, sent once.
@@ -183,13 +300,6 @@ fn idempotency_key(req: &HttpRequest) -> Option<&str> {
         && (1..=255).contains(&key.len())
         && key.bytes().all(|b| b.is_ascii_graphic());
     valid.then_some(key)
-}
-
-fn is_lock_timeout(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
 }
 
 fn replay(code: i32, location: Option<String>, body: Vec<u8>) -> HttpResponse {

@@ -430,6 +430,9 @@ async fn connection(
                 stats.ok += 1;
                 stats.replayed += 1;
             }
+            (Ok(a), Mode::Fresh(_)) if a.status == StatusCode::SERVICE_UNAVAILABLE => {
+                stats.busy += 1;
+            }
             (Ok(a), _) => {
                 stats.error(|| {
                     format!("{path}: unexpected {} (replayed: {})", a.status, a.replayed)

@@ -7,9 +7,10 @@
 //! ```
 //!
 //! The program starts what it needs: a PostgreSQL database (a fresh one on the server
-//! `DATABASE_URL` names, or a private throwaway cluster), the HTTP server as a child
-//! process (this binary re-executed as `idem-bench serve`, so its memory is its own),
-//! and a load generator here in the parent. `--help` lists the options.
+//! `DATABASE_URL` names, or a private throwaway cluster) and a SQLite file in a temporary
+//! directory, the HTTP server as a child process on each (this binary re-executed as
+//! `idem-bench serve`, so its memory is its own), and a load generator here in the
+//! parent. `--help` lists the options.
 
 mod child;
 mod cpu;
@@ -23,9 +24,11 @@ mod options;
 mod orders;
 mod profile;
 mod report;
+mod results;
 mod run;
 mod scale;
 mod server;
+mod sqlite;
 mod stats;
 
 use std::process::ExitCode;

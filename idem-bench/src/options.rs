@@ -10,8 +10,9 @@ pub(crate) const USAGE: &str = "\
 usage: idem-bench [--quick] [options]
 
 Runs every scenario against a real PostgreSQL (DATABASE_URL, else a private throwaway
-cluster), prints the table and the ratios against the targets, and writes BENCHMARKS.md
-and benchmarks.svg (to the repository root; with --quick, to target/idem-bench/).
+cluster) and a SQLite file in a temporary directory, prints the tables and the ratios
+against the targets, and writes BENCHMARKS.md and benchmarks.svg (to the repository
+root; with --quick, to target/idem-bench/).
 
 options:
   --quick              smaller tables and shorter runs: a few minutes in all
@@ -24,7 +25,14 @@ options:
   --expired-keys N     expired keys swept by the expiry benchmark (default 1000000;
                        quick 200000)
   --only A,B,...       run only these scenarios of the table (names as printed)
-  --skip PART,...      leave out parts: table (the scenarios), scale, memory, expiry
+  --skip PART,...      leave out parts: table (the scenarios), scale, memory, expiry,
+                       sqlite; postgres is table, scale, memory and expiry together
+  --sqlite-connections C,...
+                       connection counts of the SQLite scenarios (default 1,4,16)
+  --sqlite-synchronous S,...
+                       SQLite's synchronous settings to measure, each with its own file
+                       (default full,normal: sqlx's default, as the example has it, and
+                       the one that does not flush at every commit)
   --sweep-pace B,MS    the live-load-during-a-sweep test sweeps B rows per batch, MS ms
                        apart, instead of the expiry task's defaults (100, 5)
   --acquire-ping       the server's pool pings a connection before handing it out
@@ -52,6 +60,10 @@ pub(crate) struct Options {
     pub(crate) skip_scale: bool,
     pub(crate) skip_memory: bool,
     pub(crate) skip_expiry: bool,
+    pub(crate) skip_sqlite: bool,
+    pub(crate) sqlite_connections: Vec<usize>,
+    /// SQLite `synchronous` values, as `PRAGMA synchronous` spells them.
+    pub(crate) sqlite_synchronous: Vec<String>,
     pub(crate) acquire_ping: bool,
     /// Rows per batch and pause of the sweep under live load; `None`: the defaults.
     pub(crate) sweep_pace: Option<(u32, Duration)>,
@@ -78,6 +90,9 @@ impl Options {
             skip_scale: false,
             skip_memory: false,
             skip_expiry: false,
+            skip_sqlite: false,
+            sqlite_connections: vec![1, 4, 16],
+            sqlite_synchronous: vec!["full".to_owned(), "normal".to_owned()],
             acquire_ping: false,
             sweep_pace: None,
             out: default_out(quick),
@@ -120,13 +135,44 @@ impl Options {
                             "scale" => options.skip_scale = true,
                             "memory" => options.skip_memory = true,
                             "expiry" => options.skip_expiry = true,
+                            "sqlite" => options.skip_sqlite = true,
+                            "postgres" => {
+                                options.skip_table = true;
+                                options.skip_scale = true;
+                                options.skip_memory = true;
+                                options.skip_expiry = true;
+                            }
                             other => {
                                 return Err(format!(
-                                    "--skip: no part `{other}`; the parts are table, scale, memory, expiry"
+                                    "--skip: no part `{other}`; the parts are table, scale, \
+                                     memory, expiry, sqlite, postgres"
                                 ));
                             }
                         }
                     }
+                }
+                "--sqlite-connections" => {
+                    options.sqlite_connections = value(arg)?
+                        .split(',')
+                        .map(|n| number(n.trim(), arg, 1))
+                        .collect::<Result<_, _>>()?
+                }
+                "--sqlite-synchronous" => {
+                    options.sqlite_synchronous = value(arg)?
+                        .split(',')
+                        .map(|s| {
+                            let s = s.trim().to_ascii_lowercase();
+                            ["off", "normal", "full", "extra"]
+                                .contains(&s.as_str())
+                                .then_some(s.clone())
+                                .ok_or_else(|| {
+                                    format!(
+                                        "--sqlite-synchronous: `{s}` is not one of off, \
+                                         normal, full, extra"
+                                    )
+                                })
+                        })
+                        .collect::<Result<_, _>>()?
                 }
                 "--acquire-ping" => options.acquire_ping = true,
                 "--sweep-pace" => {
@@ -148,6 +194,13 @@ impl Options {
             return Err("--small-keys must be below --big-keys".to_owned());
         }
         Ok(Some(options))
+    }
+}
+
+impl Options {
+    /// Every part on PostgreSQL was left out: no cluster is needed.
+    pub(crate) fn skips_postgres(&self) -> bool {
+        self.skip_table && self.skip_scale && self.skip_memory && self.skip_expiry
     }
 }
 

@@ -3,25 +3,22 @@
 //!
 //! Copied rather than imported because the example's items are private to it, and so
 //! that `bare`, `hand` and `idem` share one definition: whatever the three differ by is
-//! then idempotency alone.
+//! then idempotency alone. On both databases, like the example: the statement is the
+//! same text, only the rendering of `created_at` and the migrations differ.
 
 use std::future::{Ready, ready};
 
 use actix_web::http::header;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev};
 use serde::{Deserialize, Serialize};
-use sqlx::PgConnection;
+use sqlx::migrate::Migrator;
+use sqlx::{Postgres, Sqlite};
 
 /// The request body every scenario sends: the example's `NewOrder`.
 pub(crate) const ORDER_BODY: &[u8] = br#"{"item":"tea","quantity":2,"amount_cents":1250}"#;
 
 /// The header that names the caller, as in the example.
 pub(crate) const ACCOUNT_HEADER: &str = "x-account-id";
-
-/// The example's table, applied from the example's own migrations so the schema cannot
-/// drift from the handler it mirrors.
-pub(crate) static MIGRATOR: sqlx::migrate::Migrator =
-    sqlx::migrate!("../examples/orders/migrations/postgres");
 
 /// The caller, from `X-Account-Id` (the example's extractor, minus its error bodies).
 #[derive(Debug, Clone, Copy)]
@@ -90,7 +87,7 @@ impl TryFrom<NewOrderFields> for NewOrder {
     }
 }
 
-/// The example's `Order`, rendered by PostgreSQL so a row always has the same bytes.
+/// The example's `Order`, rendered by the database so a row always has the same bytes.
 /// `Deserialize` for the phased form, which records it as a phase's output.
 #[derive(Debug, Serialize, Deserialize, sqlx::FromRow)]
 pub(crate) struct Order {
@@ -101,24 +98,57 @@ pub(crate) struct Order {
     created_at: String,
 }
 
-/// The example's insert, statement for statement.
-pub(crate) async fn insert_order(
-    conn: &mut PgConnection,
-    account: Account,
-    order: &NewOrder,
-) -> sqlx::Result<Order> {
-    sqlx::query_as(
-        "INSERT INTO orders (account_id, item, quantity, amount_cents) VALUES ($1, $2, $3, $4) \
-         RETURNING id, item, quantity, amount_cents, \
-         to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS created_at",
-    )
-    .bind(account.0)
-    .bind(&order.item)
-    .bind(order.quantity)
-    .bind(order.amount_cents)
-    .fetch_one(conn)
-    .await
+/// A database the scenarios run on: the example's table and its insert.
+pub(crate) trait OrderStore: idem::Backend {
+    /// The example's table, applied from the example's own migrations so the schema
+    /// cannot drift from the handler it mirrors.
+    fn migrator() -> &'static Migrator;
+
+    /// The example's insert, statement for statement.
+    fn insert_order(
+        conn: &mut Self::Connection,
+        account: Account,
+        order: &NewOrder,
+    ) -> impl Future<Output = sqlx::Result<Order>>;
 }
+
+/// Implements [`OrderStore`] for one database, as the example's `store!` does.
+macro_rules! order_store {
+    ($db:ty, $migrations:literal, $created_at:literal) => {
+        impl OrderStore for $db {
+            fn migrator() -> &'static Migrator {
+                static MIGRATOR: Migrator = sqlx::migrate!($migrations);
+                &MIGRATOR
+            }
+
+            async fn insert_order(
+                conn: &mut Self::Connection,
+                account: Account,
+                order: &NewOrder,
+            ) -> sqlx::Result<Order> {
+                sqlx::query_as(concat!(
+                    "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                     VALUES ($1, $2, $3, $4) RETURNING id, item, quantity, amount_cents, ",
+                    $created_at
+                ))
+                .bind(account.0)
+                .bind(&order.item)
+                .bind(order.quantity)
+                .bind(order.amount_cents)
+                .fetch_one(conn)
+                .await
+            }
+        }
+    };
+}
+
+order_store!(
+    Postgres,
+    "../examples/orders/migrations/postgres",
+    "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS created_at"
+);
+// SQLite keeps `created_at` as the text it shows (the example's SQLite migration).
+order_store!(Sqlite, "../examples/orders/migrations/sqlite", "created_at");
 
 /// The example's answer: 201, `Location`, the order as JSON.
 pub(crate) fn created(order: &Order) -> HttpResponse {

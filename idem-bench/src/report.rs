@@ -8,7 +8,8 @@ use plotters::prelude::*;
 
 use crate::expiry::Live;
 use crate::load::{STORM_DUPLICATES, Scenario};
-use crate::run::Results;
+use crate::results::{PostgresResults, Results};
+use crate::sqlite::{SCENARIOS as SQLITE_SCENARIOS, SqliteResults, SqliteRun};
 use crate::stats::Stats;
 
 /// The part of `BENCHMARKS.md` a run writes, and its chart beside it. A run on a server
@@ -33,8 +34,15 @@ const DURABLE: Section = Section {
     chart: "benchmarks-durable.svg",
 };
 
-fn section(results: &Results) -> &'static Section {
-    if results.database.durable() {
+/// The SQLite part has a section of its own, and no chart.
+const SQLITE: Section = Section {
+    begin: "<!-- idem-bench: generated from here (SQLite) -->",
+    end: "<!-- idem-bench: generated up to here (SQLite) -->",
+    chart: "",
+};
+
+fn section(pg: &PostgresResults) -> &'static Section {
+    if pg.database.durable() {
         &DURABLE
     } else {
         &FAST
@@ -60,24 +68,23 @@ impl Check {
     }
 }
 
-fn stats(results: &Results, scenario: Scenario) -> Option<&Stats> {
-    results
-        .table
+fn stats(table: &[(Scenario, Stats)], scenario: Scenario) -> Option<&Stats> {
+    table
         .iter()
         .find(|(s, _)| *s == scenario)
         .map(|(_, stats)| stats)
 }
 
-fn rate_ratio(results: &Results, a: Scenario, b: Scenario) -> Option<f64> {
-    let (a, b) = (stats(results, a)?, stats(results, b)?);
+fn rate_ratio(table: &[(Scenario, Stats)], a: Scenario, b: Scenario) -> Option<f64> {
+    let (a, b) = (stats(table, a)?, stats(table, b)?);
     (b.rate() > 0.0).then(|| a.rate() / b.rate())
 }
 
 /// The throughput ratio a saturated machine would show: the inverse ratio of the CPU
 /// time one request costs, all parties together.
-fn cpu_ratio(results: &Results, a: Scenario, b: Scenario) -> Option<f64> {
+fn cpu_ratio(table: &[(Scenario, Stats)], a: Scenario, b: Scenario) -> Option<f64> {
     let total = |s: Scenario| -> Option<f64> {
-        let [server, pg, client] = stats(results, s)?.cpu_per_request()?;
+        let [server, pg, client] = stats(table, s)?.cpu_per_request()?;
         Some(server + pg + client)
     };
     let (a, b) = (total(a)?, total(b)?);
@@ -85,25 +92,25 @@ fn cpu_ratio(results: &Results, a: Scenario, b: Scenario) -> Option<f64> {
 }
 
 /// The issue's targets, in its order.
-pub(crate) fn checks(results: &Results) -> Vec<Check> {
+fn checks(pg: &PostgresResults) -> Vec<Check> {
     let at_least = |what, value: Option<f64>, min: Option<f64>, target: String| Check {
         what,
         value,
         target,
         pass: value.zip(min).map(|(v, min)| v >= min),
     };
-    let floor = rate_ratio(results, Scenario::FloorProtocol, Scenario::FloorBare);
-    let cpu_floor = cpu_ratio(results, Scenario::FloorProtocol, Scenario::FloorBare);
+    let floor = rate_ratio(&pg.table, Scenario::FloorProtocol, Scenario::FloorBare);
+    let cpu_floor = cpu_ratio(&pg.table, Scenario::FloorProtocol, Scenario::FloorBare);
     let mut checks = vec![
         at_least(
             "idem/hand throughput",
-            rate_ratio(results, Scenario::Idem, Scenario::Hand),
+            rate_ratio(&pg.table, Scenario::Idem, Scenario::Hand),
             Some(0.97),
             ">= 0.97".to_owned(),
         ),
         at_least(
             "idem/bare throughput",
-            rate_ratio(results, Scenario::Idem, Scenario::Bare),
+            rate_ratio(&pg.table, Scenario::Idem, Scenario::Bare),
             floor,
             match floor {
                 Some(floor) => format!(">= floor(protocol)/floor(bare) = {floor:.3}"),
@@ -112,22 +119,22 @@ pub(crate) fn checks(results: &Results) -> Vec<Check> {
         ),
         at_least(
             "replay/idem throughput",
-            rate_ratio(results, Scenario::Replay, Scenario::Idem),
+            rate_ratio(&pg.table, Scenario::Replay, Scenario::Idem),
             Some(2.0),
-            match rate_ratio(results, Scenario::FloorReplay, Scenario::FloorProtocol) {
+            match rate_ratio(&pg.table, Scenario::FloorReplay, Scenario::FloorProtocol) {
                 Some(floor) => format!(">= 2.0 (floor(replay)/floor(protocol) = {floor:.3})"),
                 None => ">= 2.0".to_owned(),
             },
         ),
         at_least(
             "idem/hand, by CPU per request",
-            cpu_ratio(results, Scenario::Idem, Scenario::Hand),
+            cpu_ratio(&pg.table, Scenario::Idem, Scenario::Hand),
             Some(0.97),
             ">= 0.97".to_owned(),
         ),
         at_least(
             "idem/bare, by CPU per request",
-            cpu_ratio(results, Scenario::Idem, Scenario::Bare),
+            cpu_ratio(&pg.table, Scenario::Idem, Scenario::Bare),
             cpu_floor,
             match cpu_floor {
                 Some(floor) => format!(">= the same for the floor = {floor:.3}"),
@@ -136,12 +143,12 @@ pub(crate) fn checks(results: &Results) -> Vec<Check> {
         ),
         at_least(
             "replay/idem, by CPU per request",
-            cpu_ratio(results, Scenario::Replay, Scenario::Idem),
+            cpu_ratio(&pg.table, Scenario::Replay, Scenario::Idem),
             Some(2.0),
             ">= 2.0".to_owned(),
         ),
     ];
-    let claim = results
+    let claim = pg
         .scale
         .as_ref()
         .map(|scale| scale.big.claim_new.ms(0.99) / scale.small.claim_new.ms(0.99).max(0.001));
@@ -151,7 +158,7 @@ pub(crate) fn checks(results: &Results) -> Vec<Check> {
         target: "<= 1.5".to_owned(),
         pass: claim.map(|ratio| ratio <= 1.5),
     });
-    let expiry = &results.expiry;
+    let expiry = &pg.expiry;
     let sweep = expiry
         .idem
         .zip(expiry.plain)
@@ -199,6 +206,9 @@ fn row(scenario: Scenario, stats: &Stats) -> String {
             notes.push_str(" — MORE EXECUTIONS THAN KEYS");
         }
     }
+    if stats.busy > 0 {
+        let _ = write!(notes, " {} × 503", stats.busy);
+    }
     if let Some(error) = &stats.first_error {
         let _ = write!(notes, " first error: {error}");
     }
@@ -223,11 +233,12 @@ fn row(scenario: Scenario, stats: &Stats) -> String {
     )
 }
 
-/// The generated Markdown: the machine, the command, every table and the ratios.
-pub(crate) fn markdown(results: &Results) -> String {
+/// The generated Markdown of the PostgreSQL parts: the machine, the command, every table
+/// and the ratios.
+fn markdown(results: &Results, pg: &PostgresResults) -> String {
     let o = &results.options;
     let m = &results.machine;
-    let db = &results.database;
+    let db = &pg.database;
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -266,8 +277,8 @@ pub(crate) fn markdown(results: &Results) -> String {
         o.rounds,
         o.seconds.as_secs(),
         o.connections,
-        results.server_workers,
-        results.server_pool,
+        pg.server_workers,
+        pg.server_pool,
         if o.acquire_ping {
             ", sqlx's ping before each acquire"
         } else {
@@ -288,11 +299,11 @@ pub(crate) fn markdown(results: &Results) -> String {
          PostgreSQL + client | errors | notes |"
     );
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---|");
-    for (scenario, stats) in &results.table {
+    for (scenario, stats) in &pg.table {
         let _ = writeln!(md, "{}", row(*scenario, stats));
     }
     let others: f64 = {
-        let (busy, wall): (u64, f64) = results.table.iter().fold((0, 0.0), |(b, w), (_, s)| {
+        let (busy, wall): (u64, f64) = pg.table.iter().fold((0, 0.0), |(b, w), (_, s)| {
             (
                 b + s.cpu.others(),
                 w + s.elapsed.as_nanos() as f64 * m.cores as f64,
@@ -313,19 +324,19 @@ pub(crate) fn markdown(results: &Results) -> String {
             ""
         }
     );
-    for (scenario, _) in &results.table {
+    for (scenario, _) in &pg.table {
         let _ = writeln!(md, "- `{}`: {}", scenario.name(), scenario.describe());
     }
     let _ = writeln!(
         md,
         "\n![throughput and p99 per scenario]({})\n",
-        section(results).chart
+        section(pg).chart
     );
 
     let _ = writeln!(md, "### Ratios against the targets\n");
     let _ = writeln!(md, "| ratio | this run | target | |");
     let _ = writeln!(md, "|---|---:|---|---|");
-    for check in checks(results) {
+    for check in checks(pg) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} |",
@@ -335,31 +346,31 @@ pub(crate) fn markdown(results: &Results) -> String {
             check.verdict()
         );
     }
-    if let Some(floor) = rate_ratio(results, Scenario::FloorProtocol, Scenario::FloorBare) {
+    if let Some(floor) = rate_ratio(&pg.table, Scenario::FloorProtocol, Scenario::FloorBare) {
         let _ = writeln!(
             md,
             "\nidem/bare over HTTP is {} beside floor(protocol)/floor(bare) = {floor:.3}, \
              the database's own cost of the protocol's statements.",
-            rate_ratio(results, Scenario::Idem, Scenario::Bare)
+            rate_ratio(&pg.table, Scenario::Idem, Scenario::Bare)
                 .map_or("—".to_owned(), |v| format!("{v:.3}"))
         );
     }
 
-    if !results.breakdown.is_empty() {
+    if !pg.breakdown.is_empty() {
         let _ = writeln!(
             md,
             "\n### Where the time goes: each round trip on one connection (p50 µs)\n"
         );
         let mut header = "| round trip |".to_owned();
         let mut rule = "|---|".to_owned();
-        for b in &results.breakdown {
+        for b in &pg.breakdown {
             let _ = write!(header, " {:?} |", b.floor);
             rule.push_str("---:|");
         }
         let _ = writeln!(md, "{header}\n{rule}");
         for name in crate::floor::STEPS {
             let mut line = format!("| {name} |");
-            for b in &results.breakdown {
+            for b in &pg.breakdown {
                 match b.steps.iter().find(|(n, _)| *n == name) {
                     Some((_, stats)) => {
                         let _ = write!(line, " {:.0} |", stats.ms(0.5) * 1000.0);
@@ -370,18 +381,18 @@ pub(crate) fn markdown(results: &Results) -> String {
             let _ = writeln!(md, "{line}");
         }
         let mut line = "| **whole operation** |".to_owned();
-        for b in &results.breakdown {
+        for b in &pg.breakdown {
             let _ = write!(line, " **{:.0}** |", b.total.ms(0.5) * 1000.0);
         }
         let _ = writeln!(md, "{line}");
         let mut line = "| operations/s on one connection |".to_owned();
-        for b in &results.breakdown {
+        for b in &pg.breakdown {
             let _ = write!(line, " {:.0} |", b.total.rate());
         }
         let _ = writeln!(md, "{line}");
     }
 
-    if let Some(scale) = &results.scale {
+    if let Some(scale) = &pg.scale {
         let _ = writeln!(
             md,
             "\n### Scale: the claim with a small and a big key table\n"
@@ -416,7 +427,7 @@ pub(crate) fn markdown(results: &Results) -> String {
         );
     }
 
-    if let Some(memory) = &results.memory {
+    if let Some(memory) = &pg.memory {
         let _ = writeln!(md, "\n### Peak server memory (VmHWM)\n");
         let _ = writeln!(md, "| load | peak MiB | req/s | p99 ms | errors |");
         let _ = writeln!(md, "|---|---:|---:|---:|---:|");
@@ -449,7 +460,7 @@ pub(crate) fn markdown(results: &Results) -> String {
     }
 
     let _ = writeln!(md, "\n### Expiry\n");
-    let expiry = &results.expiry;
+    let expiry = &pg.expiry;
     if let Some(plain) = expiry.plain {
         let _ = writeln!(
             md,
@@ -537,48 +548,302 @@ pub(crate) fn markdown(results: &Results) -> String {
     md
 }
 
-/// Prints the tables and the verdicts on stdout.
-pub(crate) fn print(results: &Results) {
-    println!("\n{}", markdown(results));
+/// The generated Markdown of the SQLite part: per `synchronous` setting, the scenarios
+/// at each connection count, their ratios, and what one writer can do.
+fn sqlite_markdown(results: &Results, sqlite: &SqliteResults) -> String {
+    let o = &results.options;
+    let m = &results.machine;
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Latest run, SQLite{}\n",
+        if o.quick {
+            " (quick: shorter runs; not the numbers to quote)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        md,
+        "- Machine: {} × {} ({:.0} GiB RAM), Linux {}, {}",
+        m.cores, m.cpu, m.memory_gib, m.kernel, m.rustc
+    );
+    if let Some(run) = sqlite.runs.first() {
+        let _ = writeln!(
+            md,
+            "- Database: SQLite {} (compiled into sqlx), a new file per setting in a \
+             temporary directory ({}), journal_mode={}, busy timeout 5 s: the example's \
+             pool options",
+            run.version, run.file_system, run.journal_mode
+        );
+    }
+    let (busy, wall) = sqlite
+        .runs
+        .iter()
+        .flat_map(|run| run.table.iter().flat_map(|(_, row)| row.iter()))
+        .fold((0u64, 0.0f64), |(b, w), (_, s)| {
+            (
+                b + s.cpu.others(),
+                w + s.elapsed.as_nanos() as f64 * m.cores as f64,
+            )
+        });
+    let others = if wall > 0.0 { busy as f64 / wall } else { 0.0 };
+    let _ = writeln!(
+        md,
+        "- Command: `{}` ({} measured rounds of {} s per scenario and connection count, order \
+         rotated each round, after a warm-up; server: {} actix workers, pool of {}{}); took \
+         {:.0} s for everything it ran",
+        o.command,
+        o.rounds,
+        o.seconds.as_secs(),
+        crate::server::workers(),
+        sqlite.server_pool,
+        if o.acquire_ping {
+            ", sqlx's ping before each acquire"
+        } else {
+            ", no ping before each acquire"
+        },
+        results.took.as_secs_f64()
+    );
+    let _ = writeln!(
+        md,
+        "- The server (SQLite runs inside it) and the load generator share the machine's {} \
+         cores; processes outside the benchmark took {:.0}% of the machine while the \
+         scenarios ran{}.\n",
+        m.cores,
+        others * 100.0,
+        if others > 0.1 {
+            ": throughput is disturbed by that; the ratios, measured side by side, much less"
+        } else {
+            ""
+        }
+    );
+    for scenario in SQLITE_SCENARIOS {
+        let _ = writeln!(md, "- `{}`: {}", scenario.name(), scenario.describe());
+    }
+    for run in &sqlite.runs {
+        sqlite_run_markdown(&mut md, o.rounds, run);
+    }
+    md
 }
 
-/// Writes `BENCHMARKS.md` (keeping what is outside the generated part) and the chart.
+fn sqlite_run_markdown(md: &mut String, rounds: u32, run: &SqliteRun) {
+    let setting = match run.synchronous.as_str() {
+        "full" => {
+            "synchronous=FULL (sqlx's default, which the example keeps): every commit \
+                   waits for the disk"
+        }
+        "normal" => {
+            "synchronous=NORMAL: a commit does not wait for the disk (WAL is \
+                     flushed at checkpoints); a power loss can lose the last commits, not \
+                     corrupt the file"
+        }
+        _ => "",
+    };
+    let _ = writeln!(
+        md,
+        "\n### SQLite, synchronous={}{}\n",
+        run.synchronous.to_ascii_uppercase(),
+        if setting.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", &setting[setting.find(':').map_or(0, |i| i + 2)..])
+        }
+    );
+    let _ = writeln!(
+        md,
+        "`PRAGMA synchronous` read {} on the benchmark's connection; the server opens the \
+         file with the same options.\n",
+        run.synchronous_read
+    );
+    let _ = writeln!(
+        md,
+        "| connections | scenario | req/s | per round | p50 ms | p99 ms | p99.9 ms | CPU µs/req \
+         = server + client | 503 busy | errors |"
+    );
+    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (c, row) in &run.table {
+        for (scenario, stats) in row {
+            let spread = stats
+                .rate_spread()
+                .map_or(String::new(), |(min, max)| format!("{min:.0}–{max:.0}"));
+            let cpu = stats
+                .cpu_per_request()
+                .map_or("—".to_owned(), |[server, _, client]| {
+                    format!("{:.0} = {server:.0} + {client:.0}", server + client)
+                });
+            let _ = writeln!(
+                md,
+                "| {c} | {} | {:.0} | {spread} | {:.2} | {:.2} | {:.2} | {cpu} | {} | {}{} |",
+                scenario.name(),
+                stats.rate(),
+                stats.ms(0.5),
+                stats.ms(0.99),
+                stats.ms(0.999),
+                stats.busy,
+                stats.errors,
+                stats
+                    .first_error
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(" (first: {e})"))
+            );
+        }
+    }
+    let _ = writeln!(md);
+    let mut header = "| ratio |".to_owned();
+    let mut rule = "|---|".to_owned();
+    for (c, _) in &run.table {
+        let _ = write!(header, " {c} conn. |");
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(md, "{header} target |\n{rule}---|");
+    let ratios: [(&str, fn(&[(Scenario, Stats)]) -> Option<f64>, &str); 4] = [
+        (
+            "idem/hand throughput",
+            |t| rate_ratio(t, Scenario::Idem, Scenario::Hand),
+            ">= 0.97",
+        ),
+        (
+            "idem/hand, by CPU per request",
+            |t| cpu_ratio(t, Scenario::Idem, Scenario::Hand),
+            ">= 0.97",
+        ),
+        (
+            "replay/idem throughput",
+            |t| rate_ratio(t, Scenario::Replay, Scenario::Idem),
+            "",
+        ),
+        (
+            "replay/idem, by CPU per request",
+            |t| cpu_ratio(t, Scenario::Replay, Scenario::Idem),
+            "",
+        ),
+    ];
+    for (what, ratio, target) in ratios {
+        let mut line = format!("| {what} |");
+        let mut verdicts = Vec::new();
+        for (_, row) in &run.table {
+            let value = ratio(row);
+            let _ = write!(
+                line,
+                " {} |",
+                value.map_or("—".to_owned(), |v| format!("{v:.3}"))
+            );
+            verdicts.push(value.is_some_and(|v| v >= 0.97));
+        }
+        let verdict = if target.is_empty() {
+            String::new()
+        } else if verdicts.iter().all(|&pass| pass) {
+            format!("{target}: PASS")
+        } else {
+            format!("{target}: MISS")
+        };
+        let _ = writeln!(md, "{line} {verdict} |");
+    }
+
+    let _ = writeln!(
+        md,
+        "\n| one writer: this process, one connection, no HTTP | per s | p50 ms | p99 ms |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|");
+    for (what, stats) in [
+        ("one commit (the insert, autocommit)", &run.commit),
+        (
+            "a first execution's write transaction (`BEGIN IMMEDIATE`, claim, insert, \
+             completion, `COMMIT`)",
+            &run.writer,
+        ),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {what} | {:.0} | {:.3} | {:.3} |",
+            stats.rate(),
+            stats.ms(0.5),
+            stats.ms(0.99)
+        );
+    }
+    let best = run
+        .table
+        .iter()
+        .filter_map(|(c, _)| Some((*c, run.stats(*c, Scenario::Idem)?.rate())))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let _ = writeln!(
+        md,
+        "\n**Writer ceiling: {:.0} first executions/s** with synchronous={}: SQLite lets one \
+         writer in at a time, and a first execution holds the write lock from its `BEGIN \
+         IMMEDIATE` to its `COMMIT`, so no number of connections takes more through the \
+         file than one writer alone. {}{rounds} rounds of the transaction above on one \
+         connection, as fast as it goes.",
+        run.writer.rate(),
+        run.synchronous.to_ascii_uppercase(),
+        match best {
+            Some((c, rate)) => format!(
+                "Over HTTP, `idem` reached {rate:.0}/s (at {c} connection{}); ",
+                if c == 1 { "" } else { "s" }
+            ),
+            None => String::new(),
+        },
+    );
+}
+
+/// Prints the tables and the verdicts on stdout.
+pub(crate) fn print(results: &Results) {
+    if let Some(pg) = &results.postgres {
+        println!("\n{}", markdown(results, pg));
+    }
+    if let Some(sqlite) = &results.sqlite {
+        println!("\n{}", sqlite_markdown(results, sqlite));
+    }
+}
+
+/// Writes `BENCHMARKS.md` (keeping what is outside the generated parts) and the chart:
+/// the section of each part that ran.
 pub(crate) fn write(results: &Results) -> Result<(), String> {
     let out = &results.options.out;
     fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let path = out.join("BENCHMARKS.md");
-    let section = section(results);
-    let generated = format!("{}\n{}{}", section.begin, markdown(results), section.end);
-    let text = match fs::read_to_string(&path) {
-        Ok(old) => match (old.find(section.begin), old.find(section.end)) {
-            (Some(begin), Some(end)) if begin < end => format!(
-                "{}{generated}{}",
-                &old[..begin],
-                &old[end + section.end.len()..]
-            ),
-            _ => format!("{old}\n{generated}\n"),
-        },
-        Err(_) => format!(
-            "# Benchmarks\n\nWhat idempotency costs. Reproduce with the command below; \
-             `idem-bench --help` lists the options.\n\n{generated}\n"
-        ),
-    };
+    let mut text = fs::read_to_string(&path).unwrap_or_else(|_| {
+        "# Benchmarks\n\nWhat idempotency costs. Reproduce with the command below; \
+         `idem-bench --help` lists the options.\n"
+            .to_owned()
+    });
+    if let Some(pg) = &results.postgres {
+        let section = section(pg);
+        text = replace_section(&text, section, &markdown(results, pg));
+        chart(results, pg, &out.join(section.chart))?;
+        eprintln!("idem-bench: wrote {}", out.join(section.chart).display());
+    }
+    if let Some(sqlite) = &results.sqlite {
+        text = replace_section(&text, &SQLITE, &sqlite_markdown(results, sqlite));
+    }
     fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    chart(results, &out.join(section.chart))?;
-    eprintln!("idem-bench: wrote {} and {}", path.display(), section.chart);
+    eprintln!("idem-bench: wrote {}", path.display());
     Ok(())
+}
+
+/// `text` with the part between the section's markers replaced by `generated`, or with
+/// the section added at the end.
+fn replace_section(text: &str, section: &Section, generated: &str) -> String {
+    let generated = format!("{}\n{generated}{}", section.begin, section.end);
+    match (text.find(section.begin), text.find(section.end)) {
+        (Some(begin), Some(end)) if begin < end => format!(
+            "{}{generated}{}",
+            &text[..begin],
+            &text[end + section.end.len()..]
+        ),
+        _ => format!("{}\n\n{generated}\n", text.trim_end()),
+    }
 }
 
 /// Two bar charts, one above the other: throughput and p99 per scenario; the floor
 /// (plain SQL, no HTTP) in a lighter shade.
-fn chart(results: &Results, path: &Path) -> Result<(), String> {
+fn chart(results: &Results, pg: &PostgresResults, path: &Path) -> Result<(), String> {
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         let root = SVGBackend::new(path, (1100, 760)).into_drawing_area();
         root.fill(&WHITE)?;
         let (top, bottom) = root.split_vertically(380);
         let bars_of = |value: fn(&Stats) -> f64| -> Vec<Bar> {
-            results
-                .table
+            pg.table
                 .iter()
                 .map(|(scenario, stats)| Bar {
                     name: scenario.name(),
@@ -591,7 +856,7 @@ fn chart(results: &Results, path: &Path) -> Result<(), String> {
             format!(
                 "{what}, {} connections{}",
                 results.options.connections,
-                if results.database.durable() {
+                if pg.database.durable() {
                     ""
                 } else {
                     " (PostgreSQL without fsync)"

@@ -7,56 +7,46 @@ use idem_testkit::TestDb;
 
 use crate::child::Server;
 use crate::cpu::Probe;
-use crate::db::{self, ServerInfo};
+use crate::db;
 use crate::expiry::{self, ExpiryResults};
 use crate::floor::{self, Floor};
 use crate::load::{self, HttpLoad, KeyLog, Mode, STORM_DUPLICATES, Scenario};
 use crate::memory;
 use crate::options::Options;
 use crate::report;
-use crate::scale::{self, ScaleResults};
+use crate::results::{Machine, MemoryResults, PostgresResults, Results};
+use crate::scale;
+use crate::sqlite;
 use crate::stats::Stats;
-
-/// Everything the report shows.
-#[derive(Debug)]
-pub(crate) struct Results {
-    pub(crate) options: Options,
-    pub(crate) machine: Machine,
-    pub(crate) database: ServerInfo,
-    pub(crate) server_workers: usize,
-    pub(crate) server_pool: u32,
-    pub(crate) table: Vec<(Scenario, Stats)>,
-    pub(crate) breakdown: Vec<floor::Breakdown>,
-    pub(crate) memory: Option<MemoryResults>,
-    pub(crate) scale: Option<ScaleResults>,
-    pub(crate) expiry: ExpiryResults,
-    pub(crate) took: Duration,
-}
-
-/// Peak server memory per load.
-#[derive(Debug)]
-pub(crate) struct MemoryResults {
-    pub(crate) idle_kib: u64,
-    pub(crate) rows: Vec<(&'static str, Stats, u64)>,
-    /// False where the kernel would not reset the peak between loads.
-    pub(crate) reset_works: bool,
-}
-
-/// The machine, for the report.
-#[derive(Debug)]
-pub(crate) struct Machine {
-    pub(crate) cpu: String,
-    pub(crate) cores: usize,
-    pub(crate) memory_gib: f64,
-    pub(crate) kernel: String,
-    pub(crate) rustc: String,
-}
 
 pub(crate) async fn run(options: Options) -> Result<(), String> {
     if let Some(requests) = options.callgrind {
         return crate::profile::run(&options, requests).await;
     }
     let started = Instant::now();
+    let sqlite = if options.skip_sqlite {
+        None
+    } else {
+        Some(sqlite::run(&options).await?)
+    };
+    let postgres = if options.skips_postgres() {
+        None
+    } else {
+        Some(postgres(&options).await?)
+    };
+    let results = Results {
+        machine: Machine::this(),
+        postgres,
+        sqlite,
+        took: started.elapsed(),
+        options,
+    };
+    report::print(&results);
+    report::write(&results)
+}
+
+/// The parts on PostgreSQL: the table, memory, scale and expiry.
+async fn postgres(options: &Options) -> Result<PostgresResults, String> {
     let c = options.connections;
     // Every connection the storm holds waits for the key's row lock with a pool
     // connection in hand; the pool must not be what makes duplicates wait.
@@ -85,7 +75,7 @@ pub(crate) async fn run(options: Options) -> Result<(), String> {
     let (table, breakdown) = if options.skip_table {
         (Vec::new(), Vec::new())
     } else {
-        let table = rounds(&options, &server, &pool, &completed).await?;
+        let table = rounds(options, &server, &pool, &completed).await?;
         let mut breakdown = Vec::new();
         for floor in [Floor::Bare, Floor::Hand, Floor::Protocol, Floor::Replay] {
             breakdown
@@ -97,7 +87,7 @@ pub(crate) async fn run(options: Options) -> Result<(), String> {
     let memory = if options.skip_memory {
         None
     } else {
-        Some(memory_part(&options, &server, &completed).await?)
+        Some(memory_part(options, &server, &completed).await?)
     };
     server.stop();
     drop(pool);
@@ -105,16 +95,15 @@ pub(crate) async fn run(options: Options) -> Result<(), String> {
     let scale = if options.skip_scale {
         None
     } else {
-        Some(scale::run(&options, server_pool).await?)
+        Some(scale::run(options, server_pool).await?)
     };
     let expiry = if options.skip_expiry {
         ExpiryResults::skipped("left out with --skip expiry")
     } else {
-        expiry::run(&options, server_pool).await?
+        expiry::run(options, server_pool).await?
     };
-
-    let results = Results {
-        machine: machine(),
+    drop(db);
+    Ok(PostgresResults {
         database,
         server_workers: crate::server::workers(),
         server_pool,
@@ -123,13 +112,7 @@ pub(crate) async fn run(options: Options) -> Result<(), String> {
         memory,
         scale,
         expiry,
-        took: started.elapsed(),
-        options,
-    };
-    report::print(&results);
-    report::write(&results)?;
-    drop(db);
-    Ok(())
+    })
 }
 
 /// Keys that completed, per endpoint, for the replay scenarios.
@@ -328,35 +311,4 @@ async fn memory_part(
         rows,
         reset_works,
     })
-}
-
-fn machine() -> Machine {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|line| line.strip_prefix("model name"))
-        .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
-        .unwrap_or_else(|| "unknown".to_owned());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let memory_kib: f64 = meminfo
-        .lines()
-        .find_map(|line| line.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default();
-    let rustc = std::process::Command::new("rustc")
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        .unwrap_or_else(|| "unknown".to_owned());
-    Machine {
-        cpu,
-        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-        memory_gib: memory_kib / 1024.0 / 1024.0,
-        kernel,
-        rustc,
-    }
 }

@@ -8,25 +8,26 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use actix_web::{App, HttpResponse, HttpServer, post, web};
-use sqlx::PgPool;
+use actix_web::{App, HttpResponse, HttpServer, web};
+use sqlx::Pool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::orders::{self, Account, NewOrder, insert_order, internal};
+use crate::hand::Hand;
+use crate::orders::{self, Account, NewOrder, OrderStore, internal};
 
 /// The size of the body the large-response scenarios answer with.
 pub(crate) const BIG_BODY: usize = 1024 * 1024;
 
 /// `POST /bare/orders`: the example's insert with no idempotency, one autocommit
 /// statement.
-#[post("/bare/orders")]
-async fn bare(
+async fn bare<DB: OrderStore>(
     account: Account,
-    pool: web::Data<PgPool>,
+    pool: web::Data<Pool<DB>>,
     order: web::Json<NewOrder>,
 ) -> actix_web::Result<HttpResponse> {
     let mut conn = pool.acquire().await.map_err(internal)?;
-    let created = insert_order(&mut conn, account, &order)
+    let created = DB::insert_order(&mut conn, account, &order)
         .await
         .map_err(internal)?;
     Ok(orders::created(&created))
@@ -34,13 +35,12 @@ async fn bare(
 
 /// `POST /idem/orders`: the example's `create_order` (without its test hooks).
 #[idem::idempotent(scope = account, retention = "24h")]
-#[post("/idem/orders")]
-async fn with_idem(
+async fn with_idem<DB: OrderStore>(
     account: Account,
-    tx: idem::Tx,
+    tx: idem::Tx<'_, DB>,
     order: web::Json<NewOrder>,
 ) -> actix_web::Result<HttpResponse> {
-    let created = insert_order(&mut tx, account, &order)
+    let created = DB::insert_order(&mut tx, account, &order)
         .await
         .map_err(internal)?;
     Ok(orders::created(&created))
@@ -50,15 +50,14 @@ async fn with_idem(
 /// to a provider that does nothing, in a phase of its own: what the phases themselves
 /// cost, with no provider latency in the way.
 #[idem::idempotent(scope = account, retention = "24h", lease = "30s")]
-#[post("/phased/orders")]
-async fn phased(
+async fn phased<DB: OrderStore>(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<DB>,
     order: web::Json<NewOrder>,
 ) -> actix_web::Result<HttpResponse> {
     let created: orders::Order = phases
         .run("order_created", async |mut tx| {
-            insert_order(&mut tx, account, &order)
+            DB::insert_order(&mut tx, account, &order)
                 .await
                 .map_err(internal)
         })
@@ -79,14 +78,13 @@ async fn noop_provider(key: &str) {
 }
 
 /// `POST /bare-big/orders`: `bare` answering with a 1 MiB body.
-#[post("/bare-big/orders")]
-async fn bare_big(
+async fn bare_big<DB: OrderStore>(
     account: Account,
-    pool: web::Data<PgPool>,
+    pool: web::Data<Pool<DB>>,
     order: web::Json<NewOrder>,
 ) -> actix_web::Result<HttpResponse> {
     let mut conn = pool.acquire().await.map_err(internal)?;
-    let created = insert_order(&mut conn, account, &order)
+    let created = DB::insert_order(&mut conn, account, &order)
         .await
         .map_err(internal)?;
     Ok(orders::created_big(&created, BIG_BODY))
@@ -94,13 +92,12 @@ async fn bare_big(
 
 /// `POST /idem-big/orders`: `idem` answering with a 1 MiB body, stored for replay.
 #[idem::idempotent(scope = account, retention = "24h")]
-#[post("/idem-big/orders")]
-async fn idem_big(
+async fn idem_big<DB: OrderStore>(
     account: Account,
-    tx: idem::Tx,
+    tx: idem::Tx<'_, DB>,
     order: web::Json<NewOrder>,
 ) -> actix_web::Result<HttpResponse> {
-    let created = insert_order(&mut tx, account, &order)
+    let created = DB::insert_order(&mut tx, account, &order)
         .await
         .map_err(internal)?;
     Ok(orders::created_big(&created, BIG_BODY))
@@ -110,12 +107,15 @@ struct ServeArgs {
     url: String,
     pool: u32,
     acquire_ping: bool,
+    /// SQLite's `synchronous`; `None`: sqlx's default (FULL), as the example has it.
+    synchronous: Option<SqliteSynchronous>,
 }
 
 fn parse(args: &[String]) -> Result<ServeArgs, String> {
     let mut url = None;
     let mut pool = 20;
     let mut acquire_ping = true;
+    let mut synchronous = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let value = args.next().ok_or_else(|| format!("{arg} needs a value"))?;
@@ -127,6 +127,13 @@ fn parse(args: &[String]) -> Result<ServeArgs, String> {
                     .parse()
                     .map_err(|_| format!("--acquire-ping {value}"))?
             }
+            "--synchronous" => {
+                synchronous = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("--synchronous {value}"))?,
+                )
+            }
             other => return Err(format!("serve: unknown argument `{other}`")),
         }
     }
@@ -134,6 +141,7 @@ fn parse(args: &[String]) -> Result<ServeArgs, String> {
         url: url.ok_or("serve: --url is required")?,
         pool,
         acquire_ping,
+        synchronous,
     })
 }
 
@@ -155,7 +163,15 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let pool = PgPoolOptions::new()
+    if args.url.starts_with("sqlite:") {
+        serve_on(sqlite_pool(&args).await?).await
+    } else {
+        serve_on(postgres_pool(&args).await?).await
+    }
+}
+
+async fn postgres_pool(args: &ServeArgs) -> Result<Pool<sqlx::Postgres>, String> {
+    PgPoolOptions::new()
         .max_connections(args.pool)
         // Every connection up front, so the first measured requests do not pay for them.
         .min_connections(args.pool)
@@ -165,7 +181,33 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .test_before_acquire(args.acquire_ping)
         .connect(&args.url)
         .await
-        .map_err(|e| format!("cannot connect to the database: {e}"))?;
+        .map_err(|e| format!("cannot connect to the database: {e}"))
+}
+
+/// The pool as the example opens its SQLite file: WAL (reads go on while a request
+/// writes), a 5 s busy timeout for the application's own statements.
+async fn sqlite_pool(args: &ServeArgs) -> Result<Pool<sqlx::Sqlite>, String> {
+    let mut options = args
+        .url
+        .parse::<SqliteConnectOptions>()
+        .map_err(|e| format!("not a SQLite URL: {e}"))?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(5));
+    if let Some(synchronous) = args.synchronous {
+        options = options.synchronous(synchronous);
+    }
+    SqlitePoolOptions::new()
+        .max_connections(args.pool)
+        .min_connections(args.pool)
+        .acquire_timeout(Duration::from_secs(30))
+        .test_before_acquire(args.acquire_ping)
+        .connect_with(options)
+        .await
+        .map_err(|e| format!("cannot open the database: {e}"))
+}
+
+async fn serve_on<DB: Hand>(pool: Pool<DB>) -> Result<(), String> {
     let idem = idem::Idem::new(pool.clone())
         // Explicit, so the 1 MiB scenarios do not depend on the default limit.
         .max_stored_bytes(2 * BIG_BODY);
@@ -174,12 +216,15 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         App::new()
             .app_data(idem.clone())
             .app_data(data.clone())
-            .service(bare)
-            .service(crate::hand::create_order)
-            .service(with_idem)
-            .service(phased)
-            .service(bare_big)
-            .service(idem_big)
+            .route("/bare/orders", web::post().to(bare::<DB>))
+            .route(
+                "/hand/orders",
+                web::post().to(crate::hand::create_order::<DB>),
+            )
+            .route("/idem/orders", web::post().to(with_idem::<DB>))
+            .route("/phased/orders", web::post().to(phased::<DB>))
+            .route("/bare-big/orders", web::post().to(bare_big::<DB>))
+            .route("/idem-big/orders", web::post().to(idem_big::<DB>))
     })
     .workers(workers())
     .bind(("127.0.0.1", 0))

@@ -25,6 +25,9 @@ pub(crate) struct Stats {
     pub(crate) replayed: u64,
     /// 409 in progress.
     pub(crate) conflicts: u64,
+    /// 503: the database was busy (on SQLite, another request held the write lock past
+    /// `claim_wait`); an answer the server is allowed to give, not counted as done.
+    pub(crate) busy: u64,
     /// Anything the scenario does not expect, and transport failures.
     pub(crate) errors: u64,
     pub(crate) first_error: Option<String>,
@@ -43,6 +46,7 @@ impl Default for Stats {
             executed: 0,
             replayed: 0,
             conflicts: 0,
+            busy: 0,
             errors: 0,
             first_error: None,
             round_rates: Vec::new(),
@@ -75,6 +79,7 @@ impl Stats {
         self.executed += other.executed;
         self.replayed += other.replayed;
         self.conflicts += other.conflicts;
+        self.busy += other.busy;
         self.errors += other.errors;
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
