@@ -18,6 +18,9 @@ pub(crate) struct CpuTime {
     pub(crate) client: u64,
     /// Busy time of the whole machine (`/proc/stat`), for what others took.
     pub(crate) machine: u64,
+    /// Times a thread of the server left a CPU (voluntary or not): each hand-off between
+    /// threads, such as a statement sent to sqlx's SQLite worker thread, costs some.
+    pub(crate) server_switches: u64,
 }
 
 impl CpuTime {
@@ -41,6 +44,7 @@ impl Sub for CpuTime {
             postgres: self.postgres.saturating_sub(rhs.postgres),
             client: self.client.saturating_sub(rhs.client),
             machine: self.machine.saturating_sub(rhs.machine),
+            server_switches: self.server_switches.saturating_sub(rhs.server_switches),
         }
     }
 }
@@ -51,6 +55,7 @@ impl AddAssign for CpuTime {
         self.postgres += rhs.postgres;
         self.client += rhs.client;
         self.machine += rhs.machine;
+        self.server_switches += rhs.server_switches;
     }
 }
 
@@ -96,6 +101,7 @@ impl Probe {
             postgres: self.postgres.iter().map(|&pid| process_ns(pid)).sum(),
             client: process_ns(std::process::id()),
             machine: machine_busy_ns(),
+            server_switches: self.server.map_or(0, context_switches),
         }
     }
 }
@@ -109,6 +115,24 @@ fn process_ns(pid: u32) -> u64 {
         .flatten()
         .filter_map(|task| fs::read_to_string(task.path().join("schedstat")).ok())
         .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Context switches of all threads of `pid` that are alive; 0 if it is gone.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| fs::read_to_string(task.path().join("status")).ok())
+        .map(|status| {
+            status
+                .lines()
+                .filter(|line| line.contains("ctxt_switches:"))
+                .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
         .sum()
 }
 

@@ -4,13 +4,14 @@
 //! under valgrind's callgrind; before each scenario its counters are zeroed, after it
 //! they are dumped (`callgrind_control`), so each profile holds that scenario's requests
 //! alone. One connection, so the numbers are per request and not per batch of them.
+//! PostgreSQL first, then SQLite (either left out with `--skip postgres` or `--skip sqlite`).
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_testkit::TestDb;
+use idem_testkit::{TestDb, TestSqlite};
 
 use crate::child::Server;
 use crate::db;
@@ -18,56 +19,107 @@ use crate::load::{self, HttpLoad, KeyLog, Mode};
 use crate::options::Options;
 
 pub(crate) async fn run(options: &Options, requests: u64) -> Result<(), String> {
-    let db = TestDb::new().await;
-    let pool = db::pool(&db, 2).await?;
-    db::create_schema(&pool).await?;
     std::fs::create_dir_all(&options.out)
         .map_err(|e| format!("cannot create {}: {e}", options.out.display()))?;
+    let idem = Arc::new(KeyLog::default());
+    let hand = Arc::new(KeyLog::default());
+    if !options.skips_postgres() {
+        let db = TestDb::new().await;
+        let pool = db::pool(&db, 2).await?;
+        db::create_schema(&pool).await?;
+        let server = Server::start(db.url(), 8, &wrapper(options), Duration::from_secs(300))?;
+        println!(
+            "PostgreSQL: server instructions per request (callgrind, {requests} requests, 1 connection)"
+        );
+        let loads = [
+            ("bare", "/bare/orders", Mode::Fresh(None)),
+            ("hand", "/hand/orders", Mode::Fresh(Some(Arc::clone(&hand)))),
+            ("idem", "/idem/orders", Mode::Fresh(Some(Arc::clone(&idem)))),
+            ("replay", "/idem/orders", Mode::Replay(Arc::clone(&idem))),
+            (
+                "hand-replay",
+                "/hand/orders",
+                Mode::Replay(Arc::clone(&hand)),
+            ),
+            ("phased", "/phased/orders", Mode::Fresh(None)),
+        ];
+        profile(options, &server, loads, requests, "").await?;
+        server.stop();
+    }
+    if !options.skip_sqlite {
+        // SQLite runs inside the server, so its instructions are counted with the server's.
+        // NORMAL: the count does not depend on the disk, and the run is quicker.
+        let db = TestSqlite::new();
+        let pool = crate::sqlite::open(&db, "normal").await?;
+        crate::sqlite::create_schema(&pool).await?;
+        let server = Server::start_with_args(
+            &db.url(),
+            8,
+            options.acquire_ping,
+            &["--synchronous", "normal"],
+            &wrapper(options),
+            Duration::from_secs(300),
+        )?;
+        println!(
+            "SQLite (synchronous=NORMAL): server instructions per request, SQLite's included \
+             (callgrind, {requests} requests, 1 connection)"
+        );
+        let idem = Arc::new(KeyLog::default());
+        let loads = [
+            ("bare", "/bare/orders", Mode::Fresh(None)),
+            ("hand", "/hand/orders", Mode::Fresh(None)),
+            ("idem", "/idem/orders", Mode::Fresh(Some(Arc::clone(&idem)))),
+            ("replay", "/idem/orders", Mode::Replay(Arc::clone(&idem))),
+        ];
+        profile(options, &server, loads, requests, "sqlite-").await?;
+        server.stop();
+        pool.close().await;
+    }
+    Ok(())
+}
+
+/// The server under callgrind, with no instrumentation until the first scenario.
+fn wrapper(options: &Options) -> Vec<String> {
     let out_file = options.out.join("callgrind.out.%p");
-    let wrapper = vec![
+    vec![
         "valgrind".to_owned(),
         "--tool=callgrind".to_owned(),
         format!("--callgrind-out-file={}", out_file.display()),
         // No instrumentation during start-up (slow, and not per request); switched on
         // with callgrind_control before the first scenario.
         "--instr-atstart=no".to_owned(),
-    ];
-    let server = Server::start(db.url(), 8, &wrapper, Duration::from_secs(300))?;
+    ]
+}
+
+/// Each load once for warm-up, then `requests` of it counted; the dumps are named
+/// `prefix` + the load's name.
+async fn profile<const N: usize>(
+    options: &Options,
+    server: &Server,
+    loads: [(&str, &'static str, Mode); N],
+    requests: u64,
+    prefix: &str,
+) -> Result<(), String> {
     let pid = server.pid();
-    let idem = Arc::new(KeyLog::default());
-    let hand = Arc::new(KeyLog::default());
-    let loads = [
-        ("bare", "/bare/orders", Mode::Fresh(None)),
-        ("hand", "/hand/orders", Mode::Fresh(Some(Arc::clone(&hand)))),
-        ("idem", "/idem/orders", Mode::Fresh(Some(Arc::clone(&idem)))),
-        ("replay", "/idem/orders", Mode::Replay(Arc::clone(&idem))),
-        (
-            "hand-replay",
-            "/hand/orders",
-            Mode::Replay(Arc::clone(&hand)),
-        ),
-        ("phased", "/phased/orders", Mode::Fresh(None)),
-    ];
-    println!("server instructions per request (callgrind, {requests} requests, 1 connection)");
     for (name, path, mode) in loads {
         let load = HttpLoad { path, mode };
+        let dump = format!("{prefix}{name}");
         // Warm up: first-use allocations and prepared statements are not per request.
         load::run_count(server.addr, &load, 1, 200.min(requests)).await?;
         control(pid, &["-i", "on"])?;
         control(pid, &["-z"])?;
         let stats = load::run_count(server.addr, &load, 1, requests).await?;
-        control(pid, &["-d", name])?;
+        control(pid, &["-d", &dump])?;
         control(pid, &["-i", "off"])?;
         if stats.errors > 0 {
             return Err(format!("{name}: {} errors under valgrind", stats.errors));
         }
-        let instructions = dumped_instructions(&options.out, pid, name)?;
+        let instructions = dumped_instructions(&options.out, pid, &dump)?;
         println!(
             "  {name:<12} {:>10.0} instructions/request",
             instructions as f64 / stats.ok.max(1) as f64
         );
     }
-    server.stop();
     println!(
         "profiles: {}/callgrind.out.{pid}.* (callgrind_annotate <file> for the functions)",
         options.out.display()

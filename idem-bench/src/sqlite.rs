@@ -221,7 +221,7 @@ async fn measure(
 }
 
 /// This process's pool on the file, opened as the server opens it.
-async fn open(db: &TestSqlite, synchronous: &str) -> Result<SqlitePool, String> {
+pub(crate) async fn open(db: &TestSqlite, synchronous: &str) -> Result<SqlitePool, String> {
     let options = SqliteConnectOptions::new()
         .filename(db.path())
         .create_if_missing(true)
@@ -240,7 +240,7 @@ async fn open(db: &TestSqlite, synchronous: &str) -> Result<SqlitePool, String> 
 }
 
 /// idem's schema, the example's `orders` and the hand-written baseline's `hand_keys`.
-async fn create_schema(pool: &SqlitePool) -> Result<(), String> {
+pub(crate) async fn create_schema(pool: &SqlitePool) -> Result<(), String> {
     idem::migrate(pool)
         .await
         .map_err(|e| format!("idem's SQLite migrations failed: {e}"))?;

@@ -122,6 +122,11 @@ impl Stats {
         ])
     }
 
+    /// The server's context switches per expected answer.
+    pub(crate) fn switches_per_request(&self) -> Option<f64> {
+        (self.ok > 0).then(|| self.cpu.server_switches as f64 / self.ok as f64)
+    }
+
     /// The share of the machine that processes outside the benchmark took meanwhile.
     pub(crate) fn others_share(&self, cores: usize) -> f64 {
         let wall = self.elapsed.as_nanos() as f64 * cores.max(1) as f64;
