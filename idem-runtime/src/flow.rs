@@ -61,7 +61,7 @@ impl Identity<'_> {
         ClaimRequest {
             scope,
             key: self.key.as_str(),
-            fingerprint: self.fingerprint,
+            fingerprint: *self.fingerprint.as_bytes(),
             method: self.method,
             path: &self.path,
             retention,
@@ -231,7 +231,13 @@ impl<DB: Backend> Prepared<DB> {
             return answer;
         }
 
-        let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
+        let mut txn = match timed(
+            self.policy,
+            "begin",
+            DB::begin(self.idem.pool(), self.idem.opening()),
+        )
+        .await
+        {
             Ok(txn) => txn,
             // SQLite: another request holds the database's write lock past `claim_wait`.
             Err(error) if DB::is_lock_timeout(&error) => return self.busy(&claim),
@@ -368,7 +374,7 @@ impl<DB: Backend> Prepared<DB> {
         if !DB::ONE_WRITER {
             return None;
         }
-        let peeked = match timed(self.policy, "read", DB::peek(&self.idem, claim)).await {
+        let peeked = match timed(self.policy, "read", DB::peek(self.idem.pool(), claim)).await {
             Ok(peeked) => peeked?,
             Err(error) => {
                 tracing::debug!(%error, "could not read the key; claiming it instead");
@@ -485,7 +491,7 @@ impl<DB: Backend> Prepared<DB> {
         head: &HttpResponse<()>,
         body: &[u8],
     ) -> Result<(), sqlx::Error> {
-        let mut txn = DB::begin(&self.idem).await?;
+        let mut txn = DB::begin(self.idem.pool(), self.idem.opening()).await?;
         if let Claim::Claimed { generation } = DB::claim(&mut txn, claim).await? {
             let (status, headers, body) = self.seal_response(claim, generation, head, body);
             let stored = StoredResponse {
@@ -646,31 +652,24 @@ fn replay(status: i16, headers: &[u8], body: Vec<u8>) -> HttpResponse {
     response
 }
 
-/// Allow-listed headers as HTTP/1 lines, `name: value\r\n`. Header values never
-/// contain CR or LF, so the encoding is unambiguous and keeps non-UTF-8 bytes.
+/// Allow-listed headers as the store's header block.
 pub(crate) fn encode_headers(headers: &HeaderMap, allowed: &[HeaderName]) -> Vec<u8> {
     let mut out = Vec::new();
     for name in allowed {
         for value in headers.get_all(name) {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            crate::store::push_header_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     out
 }
 
 fn decode_headers(encoded: &[u8]) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
-    encoded
-        .split(|&b| b == b'\n')
-        .filter_map(|line| line.strip_suffix(b"\r"))
-        .filter_map(|line| {
-            let colon = line.iter().position(|&b| b == b':')?;
-            let name = HeaderName::from_bytes(&line[..colon]).ok()?;
-            let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start()).ok()?;
-            Some((name, value))
-        })
+    crate::store::header_lines(encoded).filter_map(|(name, value)| {
+        Some((
+            HeaderName::from_bytes(name).ok()?,
+            HeaderValue::from_bytes(value).ok()?,
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -11,15 +11,14 @@ pub mod encryption;
 #[cfg(not(feature = "encryption"))]
 #[path = "encryption_off.rs"]
 mod encryption;
-mod expiry;
 mod fingerprint;
 mod flow;
 mod key;
+mod maintenance;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
-mod migrate;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 mod outbox;
@@ -29,28 +28,25 @@ pub mod problem;
 mod registry;
 mod scope;
 mod store;
-mod stranded;
 mod tx;
 
 pub use config::Idem;
-pub use expiry::{
-    AgeCounts, BODY_PREVIEW_BYTES, Expiry, ExpiryHandle, ExpiryStats, InProgressKey, IndexSize,
-    KeyRecord, KeyStats, SchemaStatus, StateCount, SweepError, SweepReport, inspect_key, key_stats,
-    schema_status,
-};
 pub use fingerprint::{Fingerprint, InvalidJson};
 pub use flow::IDEMPOTENT_REPLAYED;
 pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use migrate::{MIGRATIONS_TABLE, migrate};
+pub use maintenance::{
+    Expiry, ExpiryHandle, ExpiryStats, RecordedPhase, Resolution, ResolveError, SchemaStatus,
+    StrandedKey, SweepError, SweepReport, inspect_key, key_stats, migrate, resolve_key,
+    resolve_key_with, schema_status, stranded_keys,
+};
 pub use outbox::{Message, Relay, RelayHandle};
 pub use phased::{Lease, MAX_PHASE_NAME_LEN, PhaseError, PhaseErrorKind, Phases};
 pub use policy::Policy;
 pub use registry::policies;
 pub use scope::{ScopeKey, UnverifiedScope};
-pub use store::{Backend, DefaultBackend};
-pub use stranded::{
-    RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, resolve_key_with,
-    stranded_keys,
+pub use store::{
+    AgeCounts, BODY_PREVIEW_BYTES, Backend, DefaultBackend, InProgressKey, IndexSize, KeyRecord,
+    KeyStats, MIGRATIONS_TABLE, StateCount,
 };
 pub use tx::Tx;
 

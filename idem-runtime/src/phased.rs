@@ -217,7 +217,7 @@ impl<DB: Backend> Phases<DB> {
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> Result<T, E>,
     {
         let attempt = &*self.attempt;
-        let mut txn = match DB::begin_phase(&self.idem).await {
+        let mut txn = match DB::begin_phase(self.idem.pool()).await {
             Ok(txn) => txn,
             Err(error) => {
                 return Err(attempt
@@ -694,7 +694,13 @@ impl<DB: Backend> Prepared<DB> {
 
         // The claim commits on its own, before any phase: the lease is what keeps
         // duplicates out from here on, not an open transaction.
-        let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
+        let mut txn = match timed(
+            self.policy,
+            "begin",
+            DB::begin(self.idem.pool(), self.idem.opening()),
+        )
+        .await
+        {
             Ok(txn) => txn,
             // SQLite: another request holds the database's write lock past `claim_wait`.
             Err(error) if DB::is_lock_timeout(&error) => return self.busy(&claim),

@@ -4,19 +4,37 @@
 //! so a second database slots in by implementing them with its own SQL.
 
 use std::future::Future;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::{Pool, Transaction};
 
-use crate::Idem;
-use crate::expiry::{KeyRecord, KeyStats};
-use crate::fingerprint::Fingerprint;
-
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod records;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+
+pub use records::{
+    AgeCounts, BODY_PREVIEW_BYTES, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount,
+};
+pub(crate) use records::{
+    InProgressRow, InspectRow, count, from_micros, header_lines, in_progress_key, key_record,
+    push_header_line,
+};
+
+/// A request's fingerprint as the store keeps it: the SHA-256 digest of the request.
+pub(crate) type Digest = [u8; 32];
+
+/// Name of the table that records which of idem's migrations ran.
+pub const MIGRATIONS_TABLE: &str = "_idem_migrations";
+
+/// idem's migrations for `DB`, recorded in [`MIGRATIONS_TABLE`] rather than sqlx's own.
+pub(crate) fn migrator<DB: Backend>() -> Migrator {
+    let mut migrator = DB::migrator();
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator
+}
 
 #[cfg(not(any(feature = "postgres", feature = "sqlite")))]
 compile_error!("idem needs a database: enable the feature `postgres`, `sqlite` or both");
@@ -41,15 +59,21 @@ pub type DefaultBackend = sqlx::Sqlite;
     note = "the type parameter of `idem::Tx` and `idem::Phases` names the database of the `Idem` the app registers"
 )]
 pub trait Backend: sqlx::Database + sealed::Sealed {
-    /// What opens a request's transaction with `claim_wait` as the longest wait for a
-    /// key held by another request; computed once per setting, not per request.
+    /// What [`begin`](Self::begin) needs to open a request's transaction with a given
+    /// claim wait, prepared once per setting rather than per request.
     #[doc(hidden)]
-    fn begin_sql(claim_wait: Duration) -> String;
+    type Opening: Clone + Send + Sync + 'static;
+
+    /// Prepares the opening of request transactions whose claim waits at most
+    /// `claim_wait` for a key held by another request.
+    #[doc(hidden)]
+    fn opening(claim_wait: Duration) -> Self::Opening;
 
     /// Opens the request's transaction.
     #[doc(hidden)]
     fn begin(
-        idem: &Idem<Self>,
+        pool: &Pool<Self>,
+        opening: &Self::Opening,
     ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>>;
 
     /// Inserts the key row, or reports the row that already holds the key.
@@ -89,10 +113,10 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     /// at once and answer `None` without a query.
     #[doc(hidden)]
     fn peek(
-        idem: &Idem<Self>,
+        pool: &Pool<Self>,
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Option<PeekedKey>, sqlx::Error>> {
-        let _ = (idem, request);
+        let _ = (pool, request);
         async { Ok(None) }
     }
 
@@ -131,7 +155,7 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     /// Opens a phase's transaction.
     #[doc(hidden)]
     fn begin_phase(
-        idem: &Idem<Self>,
+        pool: &Pool<Self>,
     ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>>;
 
     /// Records a phase's output and moves the recovery point, in the phase's transaction,
@@ -395,7 +419,7 @@ pub(crate) type AppliedMigration = (i64, bool, Vec<u8>);
 pub struct ClaimRequest<'a> {
     pub scope: &'a str,
     pub key: &'a str,
-    pub fingerprint: Fingerprint,
+    pub fingerprint: Digest,
     pub method: &'a str,
     pub path: &'a str,
     pub retention: Duration,
@@ -423,7 +447,7 @@ pub enum Claim {
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct ExistingKey {
-    pub fingerprint: Option<Fingerprint>,
+    pub fingerprint: Option<Digest>,
     pub method: String,
     pub path: String,
     pub completed: bool,
@@ -534,122 +558,4 @@ pub struct OutboxRow {
     pub topic: String,
     pub payload: String,
     pub seq: i64,
-}
-
-/// A key row as both stores' `inspect_key` select it: state, recovery point,
-/// fingerprint, method, path, created/expires/locked-until in microseconds since the
-/// epoch, status, header block, body length and the body's first bytes.
-pub(crate) type InspectRow = (
-    String,
-    String,
-    Vec<u8>,
-    String,
-    String,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i16>,
-    Option<Vec<u8>>,
-    Option<i64>,
-    Option<Vec<u8>>,
-);
-
-/// The operator's view of an [`InspectRow`] of `key` in `scope`.
-pub(crate) fn key_record(scope: &str, key: &str, row: InspectRow) -> KeyRecord {
-    let (
-        state,
-        recovery_point,
-        request_hash,
-        method,
-        path,
-        created,
-        expires,
-        locked,
-        status,
-        headers,
-        body_len,
-        body_head,
-    ) = row;
-    KeyRecord {
-        scope: scope.to_owned(),
-        key: key.to_owned(),
-        state,
-        recovery_point,
-        fingerprint: request_hash,
-        method,
-        path,
-        created_at: from_micros(created),
-        expires_at: from_micros(expires),
-        locked_until: locked.map(from_micros),
-        response_status: status.and_then(|s| u16::try_from(s).ok()),
-        response_headers: headers
-            .as_deref()
-            .map(split_header_lines)
-            .unwrap_or_default(),
-        response_body_len: body_len.map(count),
-        response_body_head: body_head.unwrap_or_default(),
-    }
-}
-
-/// The stored header block is HTTP/1 lines, `name: value\r\n` (see the key table's
-/// migration); values stay bytes, as HTTP allows any octet in them.
-pub(crate) fn split_header_lines(block: &[u8]) -> Vec<(String, Vec<u8>)> {
-    block
-        .split(|&b| b == b'\n')
-        .filter_map(|line| {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let colon = line.iter().position(|&b| b == b':')?;
-            let (name, value) = line.split_at(colon);
-            let value = value[1..].trim_ascii_start();
-            Some((String::from_utf8_lossy(name).into_owned(), value.to_vec()))
-        })
-        .collect()
-}
-
-/// `(scope, key, recovery point, created at, locked until)` of a key in progress, times in
-/// microseconds since the epoch, as both stores' `key_stats` select it.
-pub(crate) type InProgressRow = (String, String, String, i64, Option<i64>);
-
-pub(crate) fn in_progress_key(row: InProgressRow) -> crate::InProgressKey {
-    let (scope, key, recovery_point, created, locked) = row;
-    crate::InProgressKey {
-        scope,
-        key,
-        recovery_point,
-        created_at: from_micros(created),
-        locked_until: locked.map(from_micros),
-    }
-}
-
-/// Counts and sizes come back as 64-bit integers; none of them is negative.
-pub(crate) fn count(value: i64) -> u64 {
-    value.unsigned_abs()
-}
-
-pub(crate) fn from_micros(micros: i64) -> SystemTime {
-    let offset = Duration::from_micros(micros.unsigned_abs());
-    if micros >= 0 {
-        UNIX_EPOCH + offset
-    } else {
-        UNIX_EPOCH - offset
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_lines_split_into_names_and_byte_values() {
-        let block = b"location: /orders/7\r\ncontent-type: application/json\r\nx-raw: \xff\r\n";
-        assert_eq!(
-            split_header_lines(block),
-            [
-                ("location".to_owned(), b"/orders/7".to_vec()),
-                ("content-type".to_owned(), b"application/json".to_vec()),
-                ("x-raw".to_owned(), b"\xff".to_vec()),
-            ]
-        );
-        assert!(split_header_lines(b"").is_empty());
-    }
 }

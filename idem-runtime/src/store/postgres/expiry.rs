@@ -6,11 +6,9 @@
 
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
-use crate::expiry::{AgeCounts, IndexSize, KeyRecord, KeyStats, StateCount};
-use crate::migrate::MIGRATIONS_TABLE;
 use crate::store::{
-    InProgressRow, InspectRow, Resolved, StoredResponse, StrandedRow, count, in_progress_key,
-    key_record,
+    AgeCounts, InProgressRow, IndexSize, InspectRow, KeyRecord, KeyStats, MIGRATIONS_TABLE,
+    Resolved, StateCount, StoredResponse, StrandedRow, count, in_progress_key, key_record,
 };
 
 /// Which rows a sweep may delete: completed, and past their retention. A key still

@@ -16,8 +16,6 @@ use super::{
     AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
     PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
 };
-use crate::Idem;
-use crate::fingerprint::Fingerprint;
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
 /// it to the claim's wait. Both happen inside the prepared claim, before its insert can
@@ -144,13 +142,14 @@ fn sqlstate_is(error: &sqlx::Error, code: &str) -> bool {
 }
 
 impl Backend for Postgres {
-    /// [`BEGIN`]: the claim itself sets its lock timeout (see `claim_lock_timeout!`).
-    fn begin_sql(_claim_wait: Duration) -> String {
-        BEGIN.to_owned()
-    }
+    /// Nothing: every request opens with [`BEGIN`], and the claim itself sets its lock
+    /// timeout (see `claim_lock_timeout!`).
+    type Opening = ();
 
-    async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        idem.pool().begin_with(BEGIN).await
+    fn opening(_claim_wait: Duration) {}
+
+    async fn begin(pool: &PgPool, (): &()) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        pool.begin_with(BEGIN).await
     }
 
     async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
@@ -229,8 +228,8 @@ impl Backend for Postgres {
         phased::take_over(conn, req, seen, lease).await
     }
 
-    async fn begin_phase(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        phased::begin_phase(idem).await
+    async fn begin_phase(pool: &PgPool) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        phased::begin_phase(pool).await
     }
 
     async fn record_phase(
@@ -363,7 +362,7 @@ impl Backend for Postgres {
         expiry::applied_migrations(pool).await
     }
 
-    async fn key_stats(pool: &PgPool) -> Result<crate::KeyStats, sqlx::Error> {
+    async fn key_stats(pool: &PgPool) -> Result<super::KeyStats, sqlx::Error> {
         expiry::key_stats(pool).await
     }
 
@@ -372,7 +371,7 @@ impl Backend for Postgres {
         scope: &str,
         key: &str,
         preview: usize,
-    ) -> Result<Option<crate::KeyRecord>, sqlx::Error> {
+    ) -> Result<Option<super::KeyRecord>, sqlx::Error> {
         expiry::inspect_key(pool, scope, key, preview).await
     }
 
@@ -444,7 +443,7 @@ fn bind_claim<'q, O>(
     query
         .bind(req.scope)
         .bind(req.key)
-        .bind(req.fingerprint.as_bytes().as_slice())
+        .bind(req.fingerprint.as_slice())
         .bind(req.method)
         .bind(req.path)
         .bind(req.retention)
@@ -472,7 +471,7 @@ fn existing_key(
     generation: i64,
 ) -> ExistingKey {
     ExistingKey {
-        fingerprint: hash.as_deref().and_then(Fingerprint::from_bytes),
+        fingerprint: hash.as_deref().and_then(|h| h.try_into().ok()),
         method: method.unwrap_or_default(),
         path: path.unwrap_or_default(),
         completed: state.as_deref() == Some("completed"),

@@ -12,7 +12,6 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Postgres, Transaction};
 
 use super::existing_key;
-use crate::Idem;
 use crate::store::{AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim};
 
 /// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
@@ -285,9 +284,9 @@ pub(super) async fn take_over(
 }
 
 pub(super) async fn begin_phase(
-    idem: &Idem<Postgres>,
+    pool: &sqlx::PgPool,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    idem.pool().begin_with(BEGIN_PHASE).await
+    pool.begin_with(BEGIN_PHASE).await
 }
 
 pub(super) async fn record_phase(

@@ -21,6 +21,7 @@ pub(crate) mod expiry;
 mod outbox;
 mod phased;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::{MigrateError, Migrator};
@@ -30,12 +31,10 @@ use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
 
 use super::{
-    AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
-    PeekedKey, PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
+    AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, KeyRecord,
+    KeyStats, OutboxRow, PeekedKey, PhaseRecord, PhasedClaim, Resolved, StoredResponse,
+    StrandedRow,
 };
-use crate::Idem;
-use crate::expiry::{KeyRecord, KeyStats};
-use crate::fingerprint::Fingerprint;
 
 /// The current time in microseconds since the Unix epoch, as an SQL expression. SQLite
 /// evaluates it once per statement, so every use in one statement agrees.
@@ -164,24 +163,30 @@ impl Drop for Beginning {
 }
 
 impl Backend for Sqlite {
-    /// Sets the busy timeout for the `BEGIN IMMEDIATE` only; [`begin`](Self::begin)
-    /// restores the connection's own afterwards.
-    fn begin_sql(claim_wait: Duration) -> String {
+    /// The script that sets the busy timeout for the `BEGIN IMMEDIATE` only;
+    /// [`begin`](Self::begin) restores the connection's own afterwards.
+    type Opening = Arc<str>;
+
+    fn opening(claim_wait: Duration) -> Arc<str> {
         format!(
             "PRAGMA busy_timeout = {}; BEGIN IMMEDIATE",
             claim_wait.as_millis()
         )
+        .into()
     }
 
-    async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        let mut begun = Beginning(Some(idem.pool().acquire().await?));
+    async fn begin(
+        pool: &SqlitePool,
+        opening: &Arc<str>,
+    ) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        let mut begun = Beginning(Some(pool.acquire().await?));
         // The application's busy timeout, restored once the write lock is ours (or was
         // not to be had): its own statements keep waiting as long as it configured.
         let outer: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
             .fetch_one(begun.conn())
             .await?;
         let restore = format!("PRAGMA busy_timeout = {outer}");
-        let began = sqlx::raw_sql(AssertSqlSafe(idem.begin_sql()))
+        let began = sqlx::raw_sql(AssertSqlSafe(Arc::clone(opening)))
             .execute(begun.conn())
             .await;
         if let Err(error) = began {
@@ -270,13 +275,13 @@ impl Backend for Sqlite {
     /// A plain read on the pool: in WAL mode it proceeds while another connection holds
     /// the write lock, so a replay never queues behind a request for another key.
     async fn peek(
-        idem: &Idem<Self>,
+        pool: &SqlitePool,
         req: &ClaimRequest<'_>,
     ) -> Result<Option<PeekedKey>, sqlx::Error> {
         let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
             .bind(req.scope)
             .bind(req.key)
-            .fetch_optional(idem.pool())
+            .fetch_optional(pool)
             .await?;
         Ok(row.map(|row| PeekedKey {
             expired: row.0,
@@ -311,8 +316,8 @@ impl Backend for Sqlite {
         phased::take_over(conn, req, seen, lease).await
     }
 
-    async fn begin_phase(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        phased::begin_phase(idem).await
+    async fn begin_phase(pool: &SqlitePool) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        phased::begin_phase(pool).await
     }
 
     async fn record_phase(
@@ -534,7 +539,7 @@ fn bind_claim<'q, O>(
     query
         .bind(req.scope)
         .bind(req.key)
-        .bind(req.fingerprint.as_bytes().as_slice())
+        .bind(req.fingerprint.as_slice())
         .bind(req.method)
         .bind(req.path)
         .bind(micros(req.retention))
@@ -562,7 +567,7 @@ fn existing_key(
     generation: i64,
 ) -> ExistingKey {
     ExistingKey {
-        fingerprint: Fingerprint::from_bytes(hash),
+        fingerprint: hash.try_into().ok(),
         method,
         path,
         completed: state == "completed",

@@ -13,7 +13,6 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{Sqlite, Transaction};
 
 use super::{existing_key, micros, next_attempt, now, reclaim_expired};
-use crate::Idem;
 use crate::store::{
     AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim, StoredResponse,
 };
@@ -223,8 +222,10 @@ pub(super) async fn take_over(
 }
 
 /// A deferred transaction, so a phase holds the write lock from its first write only.
-pub(super) async fn begin_phase(idem: &Idem<Sqlite>) -> sqlx::Result<Transaction<'static, Sqlite>> {
-    idem.pool().begin().await
+pub(super) async fn begin_phase(
+    pool: &sqlx::SqlitePool,
+) -> sqlx::Result<Transaction<'static, Sqlite>> {
+    pool.begin().await
 }
 
 pub(super) async fn record_phase(
