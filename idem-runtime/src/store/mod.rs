@@ -1,7 +1,17 @@
 //! The key store: the seam between the protocol and a database.
 //!
-//! The protocol (`crate::flow`) speaks to a [`Backend`] only through the calls below,
-//! so a second database slots in by implementing them with its own SQL.
+//! The protocol speaks to a database only through the capability traits below, each
+//! implemented by a database in the file that holds that part of its SQL:
+//!
+//! - [`Backend`]: opening a request's transaction, the single-transaction claim and
+//!   completion, and what the database's errors mean (`<db>/mod.rs`);
+//! - [`PhaseStore`]: the phased form's claim, takeover, phases and lease (`<db>/phased.rs`);
+//! - [`OutboxStore`]: the outbox and the relay's takes (`<db>/outbox.rs`);
+//! - [`MaintenanceStore`]: migrations, the expiry sweep and the operator's views
+//!   (`<db>/maintenance.rs`).
+//!
+//! The store imports nothing from the rest of the crate: the records it returns are
+//! defined here. A second database is one more folder implementing the four traits.
 
 use std::future::Future;
 use std::time::Duration;
@@ -58,7 +68,9 @@ pub type DefaultBackend = sqlx::Sqlite;
     label = "name `sqlx::Postgres` or `sqlx::Sqlite` here",
     note = "the type parameter of `idem::Tx` and `idem::Phases` names the database of the `Idem` the app registers"
 )]
-pub trait Backend: sqlx::Database + sealed::Sealed {
+pub trait Backend:
+    sqlx::Database + sealed::Sealed + PhaseStore + OutboxStore + MaintenanceStore
+{
     /// What [`begin`](Self::begin) needs to open a request's transaction with a given
     /// claim wait, prepared once per setting rather than per request.
     #[doc(hidden)]
@@ -129,13 +141,14 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
             .as_database_error()
             .is_some_and(|e| !matches!(e.kind(), sqlx::error::ErrorKind::Other))
     }
+}
 
-    // The phased form. Every write of an attempt names its fencing token, and the store
-    // refuses it once a takeover has replaced that token.
-
+/// The phased form's writes. Every write of an attempt names its fencing token, and the
+/// store refuses it once a takeover has replaced that token.
+#[doc(hidden)]
+pub trait PhaseStore: sqlx::Database {
     /// Inserts the key with a lease for a phased attempt, or reports the row that holds
     /// it. A key whose retention ended (and whose lease is free) is reclaimed as new.
-    #[doc(hidden)]
     fn claim_phased(
         conn: &mut Self::Connection,
         request: &ClaimRequest<'_>,
@@ -144,7 +157,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// Takes over the attempt holding fencing token `seen`, if its lease has expired and
     /// no one else took it over first; returns the new attempt with the phases recorded.
-    #[doc(hidden)]
     fn take_over(
         conn: &mut Self::Connection,
         request: &ClaimRequest<'_>,
@@ -153,14 +165,12 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<Option<AttemptRow>, sqlx::Error>>;
 
     /// Opens a phase's transaction.
-    #[doc(hidden)]
     fn begin_phase(
         pool: &Pool<Self>,
     ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>>;
 
     /// Records a phase's output and moves the recovery point, in the phase's transaction,
     /// if the attempt still holds its fencing token; renews the lease.
-    #[doc(hidden)]
     fn record_phase(
         conn: &mut Self::Connection,
         attempt: &AttemptRef<'_>,
@@ -169,32 +179,30 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<PhaseRecord, sqlx::Error>>;
 
     /// Pushes the lease of a live attempt forward; false when it was taken over.
-    #[doc(hidden)]
     fn extend_lease(
         conn: &mut Self::Connection,
         attempt: &AttemptRef<'_>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>>;
 
     /// Ends the lease of an attempt that failed, so a retry may take over at once.
-    #[doc(hidden)]
     fn release_lease(
         conn: &mut Self::Connection,
         attempt: &AttemptRef<'_>,
     ) -> impl Future<Output = Result<(), sqlx::Error>>;
 
     /// Marks a phased key completed with its response; false when it was taken over.
-    #[doc(hidden)]
     fn complete_phased(
         conn: &mut Self::Connection,
         attempt: &AttemptRef<'_>,
         response: &StoredResponse<'_>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>>;
+}
 
-    // The outbox. The relay's calls are `Send` because the relay is handed to
-    // `tokio::spawn`.
-
+/// The outbox's writes and the relay's takes. The relay's calls are `Send` because the
+/// relay is handed to `tokio::spawn`.
+#[doc(hidden)]
+pub trait OutboxStore: sqlx::Database {
     /// Writes a message into the outbox in the caller's transaction; returns its id.
-    #[doc(hidden)]
     fn enqueue(
         conn: &mut Self::Connection,
         topic: &str,
@@ -203,7 +211,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// Takes up to `limit` due messages for the take `holder` (a token fresh for each
     /// take) and hides them from other relays for `hold`. Counts no attempt.
-    #[doc(hidden)]
     fn take_messages(
         conn: &mut Self::Connection,
         limit: u32,
@@ -214,7 +221,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     /// Starts a delivery of a message the take `holder` holds: hides it for `hold` from
     /// now and counts the attempt, which it returns (1 the first time). `None` when
     /// another take holds the message now, or it was delivered.
-    #[doc(hidden)]
     fn claim_message(
         conn: &mut Self::Connection,
         id: &str,
@@ -224,7 +230,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// Hides a message in delivery for `hold` from now, if the take `holder` still holds
     /// it; false when it does not.
-    #[doc(hidden)]
     fn renew_message(
         conn: &mut Self::Connection,
         id: &str,
@@ -234,7 +239,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// Marks a message delivered, if the take `holder` still holds it; false when it does
     /// not (nothing is written then).
-    #[doc(hidden)]
     fn mark_delivered(
         conn: &mut Self::Connection,
         id: &str,
@@ -243,7 +247,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// Schedules another delivery of a message after `retry_in`, if the take `holder`
     /// still holds it; false when it does not (nothing is written then).
-    #[doc(hidden)]
     fn mark_failed(
         conn: &mut Self::Connection,
         id: &str,
@@ -254,7 +257,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// Makes messages the take `holder` still holds due again at once (the relay stops
     /// before delivering them); returns how many it gave back.
-    #[doc(hidden)]
     fn release_messages(
         conn: &mut Self::Connection,
         ids: &[String],
@@ -262,63 +264,55 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
     /// Deletes up to `limit` messages delivered more than `age` ago.
-    #[doc(hidden)]
     fn purge_delivered(
         conn: &mut Self::Connection,
         age: Duration,
         limit: u32,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+}
 
-    // Migrations, expiry and the operator's views. `Send`, because the expiry task is
-    // handed to `tokio::spawn`.
-
+/// Migrations, expiry and the operator's views. `Send`, because the expiry task is
+/// handed to `tokio::spawn`.
+#[doc(hidden)]
+pub trait MaintenanceStore: sqlx::Database {
     /// idem's migrations for this database.
-    #[doc(hidden)]
     fn migrator() -> Migrator;
 
     /// Applies `migrator` (idem's, with its own history table).
-    #[doc(hidden)]
     fn run_migrations<'a>(
         migrator: &'a Migrator,
         pool: &'a Pool<Self>,
     ) -> impl Future<Output = Result<(), MigrateError>> + Send + 'a;
 
     /// The statement (or script) that deletes one batch of up to `batch_size` expired keys.
-    #[doc(hidden)]
     fn batch_statement(batch_size: u32) -> String;
 
     /// Runs one batch built by [`batch_statement`](Self::batch_statement); returns the
     /// rows it deleted.
-    #[doc(hidden)]
     fn delete_batch(
         pool: &Pool<Self>,
         statement: &str,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
     /// The database's plan for one batch, one line per element.
-    #[doc(hidden)]
     fn explain_batch(
         pool: &Pool<Self>,
         batch_size: u32,
     ) -> impl Future<Output = Result<Vec<String>, sqlx::Error>> + Send;
 
     /// Rows a sweep started now would delete.
-    #[doc(hidden)]
     fn count_deletable(pool: &Pool<Self>) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
     /// `(version, success, checksum)` of idem's applied migrations; `None` without a
     /// history table.
-    #[doc(hidden)]
     fn applied_migrations(
         pool: &Pool<Self>,
     ) -> impl Future<Output = Result<Option<Vec<AppliedMigration>>, sqlx::Error>> + Send;
 
     /// Counts by state and age, the oldest key in progress, sizes on disk.
-    #[doc(hidden)]
     fn key_stats(pool: &Pool<Self>) -> impl Future<Output = Result<KeyStats, sqlx::Error>> + Send;
 
     /// One key row with at most `preview` bytes of its body.
-    #[doc(hidden)]
     fn inspect_key(
         pool: &Pool<Self>,
         scope: &str,
@@ -328,14 +322,12 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// How many keys are in progress past their retention with no live lease, and the
     /// `created_at` (microseconds) of the oldest.
-    #[doc(hidden)]
     fn count_stranded(
         pool: &Pool<Self>,
     ) -> impl Future<Output = Result<(u64, Option<i64>), sqlx::Error>> + Send;
 
     /// Up to `limit` keys in progress past their retention with no live lease, oldest
     /// first.
-    #[doc(hidden)]
     fn stranded_keys(
         pool: &Pool<Self>,
         limit: u32,
@@ -343,7 +335,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// `(phase, output as JSON text, recorded at in microseconds)` of a key's recorded
     /// phases, in the order they committed.
-    #[doc(hidden)]
     fn recorded_phases(
         pool: &Pool<Self>,
         scope: &str,
@@ -351,7 +342,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<Vec<(String, String, i64)>, sqlx::Error>> + Send;
 
     /// The generation of a key's row, if it has one.
-    #[doc(hidden)]
     fn generation_of(
         pool: &Pool<Self>,
         scope: &str,
@@ -361,7 +351,6 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     /// Completes a `started` key of `generation` whose lease is free with `response`
     /// (sealed to that generation), fencing out any attempt, and keeps it for `keep`;
     /// says why not otherwise.
-    #[doc(hidden)]
     fn resolve_key(
         pool: &Pool<Self>,
         scope: &str,
@@ -388,7 +377,7 @@ pub struct StrandedRow {
     pub generation: i64,
 }
 
-/// What [`Backend::resolve_key`] did.
+/// What [`MaintenanceStore::resolve_key`] did.
 #[doc(hidden)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Resolved {
@@ -507,7 +496,7 @@ pub enum PhasedClaim {
         key: ExistingKey,
         /// The holder's lease has run out: a retry of the same request may take over.
         lease_expired: bool,
-        /// The holder's fencing token, for [`Backend::take_over`].
+        /// The holder's fencing token, for [`PhaseStore::take_over`].
         fencing_token: i64,
     },
     /// The holder's row disappeared while we waited; the client should simply retry.

@@ -17,24 +17,19 @@
 //! Times are INTEGER microseconds since the Unix epoch, read from SQLite's clock
 //! ([`now!`]), which on one machine is the application's clock too.
 
-pub(crate) mod expiry;
+mod maintenance;
 mod outbox;
 mod phased;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::pool::PoolConnection;
 use sqlx::query::QueryAs;
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
 
-use super::{
-    AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, KeyRecord,
-    KeyStats, OutboxRow, PeekedKey, PhaseRecord, PhasedClaim, Resolved, StoredResponse,
-    StrandedRow,
-};
+use super::{Backend, Claim, ClaimRequest, Completion, ExistingKey, PeekedKey, StoredResponse};
 
 /// The current time in microseconds since the Unix epoch, as an SQL expression. SQLite
 /// evaluates it once per statement, so every use in one statement agrees.
@@ -297,209 +292,6 @@ impl Backend for Sqlite {
             || error
                 .as_database_error()
                 .is_some_and(|e| !matches!(e.kind(), sqlx::error::ErrorKind::Other))
-    }
-
-    async fn claim_phased(
-        conn: &mut SqliteConnection,
-        req: &ClaimRequest<'_>,
-        lease: Duration,
-    ) -> Result<PhasedClaim, sqlx::Error> {
-        phased::claim(conn, req, lease).await
-    }
-
-    async fn take_over(
-        conn: &mut SqliteConnection,
-        req: &ClaimRequest<'_>,
-        seen: i64,
-        lease: Duration,
-    ) -> Result<Option<AttemptRow>, sqlx::Error> {
-        phased::take_over(conn, req, seen, lease).await
-    }
-
-    async fn begin_phase(pool: &SqlitePool) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        phased::begin_phase(pool).await
-    }
-
-    async fn record_phase(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-        phase: &str,
-        output: &str,
-    ) -> Result<PhaseRecord, sqlx::Error> {
-        phased::record_phase(conn, attempt, phase, output).await
-    }
-
-    async fn extend_lease(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        phased::extend_lease(conn, attempt).await
-    }
-
-    async fn release_lease(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-    ) -> Result<(), sqlx::Error> {
-        phased::release_lease(conn, attempt).await
-    }
-
-    async fn complete_phased(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-        response: &StoredResponse<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        phased::complete(conn, attempt, response).await
-    }
-
-    async fn enqueue(
-        conn: &mut SqliteConnection,
-        topic: &str,
-        payload: &str,
-    ) -> Result<String, sqlx::Error> {
-        outbox::enqueue(conn, topic, payload).await
-    }
-
-    async fn take_messages(
-        conn: &mut SqliteConnection,
-        limit: u32,
-        hold: Duration,
-        holder: i64,
-    ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-        outbox::take(conn, limit, hold, holder).await
-    }
-
-    async fn claim_message(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-        hold: Duration,
-    ) -> Result<Option<i32>, sqlx::Error> {
-        outbox::claim(conn, id, holder, hold).await
-    }
-
-    async fn renew_message(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-        hold: Duration,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::renew(conn, id, holder, hold).await
-    }
-
-    async fn mark_delivered(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::mark_delivered(conn, id, holder).await
-    }
-
-    async fn mark_failed(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-        retry_in: Duration,
-        error: &str,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::mark_failed(conn, id, holder, retry_in, error).await
-    }
-
-    async fn release_messages(
-        conn: &mut SqliteConnection,
-        ids: &[String],
-        holder: i64,
-    ) -> Result<u64, sqlx::Error> {
-        outbox::release(conn, ids, holder).await
-    }
-
-    async fn purge_delivered(
-        conn: &mut SqliteConnection,
-        age: Duration,
-        limit: u32,
-    ) -> Result<u64, sqlx::Error> {
-        outbox::purge_delivered(conn, age, limit).await
-    }
-
-    fn migrator() -> Migrator {
-        sqlx::migrate!("migrations/sqlite")
-    }
-
-    async fn run_migrations(migrator: &Migrator, pool: &SqlitePool) -> Result<(), MigrateError> {
-        migrator.run(pool).await
-    }
-
-    fn batch_statement(batch_size: u32) -> String {
-        expiry::batch_statement(batch_size)
-    }
-
-    async fn delete_batch(pool: &SqlitePool, statement: &str) -> Result<u64, sqlx::Error> {
-        expiry::delete_batch(pool, statement).await
-    }
-
-    async fn explain_batch(pool: &SqlitePool, batch_size: u32) -> Result<Vec<String>, sqlx::Error> {
-        expiry::explain_batch(pool, batch_size).await
-    }
-
-    async fn count_deletable(pool: &SqlitePool) -> Result<u64, sqlx::Error> {
-        expiry::count_deletable(pool).await
-    }
-
-    async fn applied_migrations(
-        pool: &SqlitePool,
-    ) -> Result<Option<Vec<super::AppliedMigration>>, sqlx::Error> {
-        expiry::applied_migrations(pool).await
-    }
-
-    async fn key_stats(pool: &SqlitePool) -> Result<KeyStats, sqlx::Error> {
-        expiry::key_stats(pool).await
-    }
-
-    async fn inspect_key(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-        preview: usize,
-    ) -> Result<Option<KeyRecord>, sqlx::Error> {
-        expiry::inspect_key(pool, scope, key, preview).await
-    }
-
-    async fn count_stranded(pool: &SqlitePool) -> Result<(u64, Option<i64>), sqlx::Error> {
-        expiry::count_stranded(pool).await
-    }
-
-    async fn stranded_keys(pool: &SqlitePool, limit: u32) -> Result<Vec<StrandedRow>, sqlx::Error> {
-        expiry::stranded_keys(pool, limit).await
-    }
-
-    async fn recorded_phases(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-    ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
-        expiry::recorded_phases(pool, scope, key).await
-    }
-
-    async fn generation_of(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-    ) -> Result<Option<i64>, sqlx::Error> {
-        sqlx::query_scalar("SELECT generation FROM idem_keys WHERE scope = $1 AND idem_key = $2")
-            .bind(scope)
-            .bind(key)
-            .fetch_optional(pool)
-            .await
-    }
-
-    async fn resolve_key(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-        generation: i64,
-        response: &StoredResponse<'_>,
-        keep: Duration,
-    ) -> Result<Resolved, sqlx::Error> {
-        expiry::resolve_key(pool, scope, key, generation, response, keep).await
     }
 }
 
