@@ -22,6 +22,7 @@ mod metrics;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 mod outbox;
+mod outcome;
 mod phased;
 mod policy;
 pub mod problem;

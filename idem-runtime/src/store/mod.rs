@@ -29,7 +29,7 @@ pub use records::{
     AgeCounts, BODY_PREVIEW_BYTES, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount,
 };
 pub(crate) use records::{
-    InProgressRow, InspectRow, count, from_micros, header_lines, in_progress_key, key_record,
+    InProgressRow, InspectRow, StateRow, StatsRows, count, from_micros, header_lines, key_record,
     push_header_line,
 };
 
@@ -449,9 +449,36 @@ pub struct ExistingKey {
     pub generation: i64,
 }
 
-/// `(response_status, response_headers, response_body)` of a key row, as both stores read
-/// them.
-pub(crate) type StoredColumns = (Option<i16>, Option<Vec<u8>>, Option<Vec<u8>>);
+/// The columns of a key row the protocol reads, by name, as both stores and both forms
+/// select them (flattened into each query's own row type). The request's columns are
+/// NULL only in PostgreSQL's claim, on the branch that inserted the row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct KeyColumns {
+    request_hash: Option<Vec<u8>>,
+    method: Option<String>,
+    path: Option<String>,
+    state: Option<String>,
+    response_status: Option<i16>,
+    response_headers: Option<Vec<u8>>,
+    response_body: Option<Vec<u8>>,
+    pub(crate) generation: i64,
+}
+
+impl KeyColumns {
+    /// The row as the protocol compares and replays it.
+    pub(crate) fn into_existing(self) -> ExistingKey {
+        ExistingKey {
+            fingerprint: self.request_hash.as_deref().and_then(|h| h.try_into().ok()),
+            method: self.method.unwrap_or_default(),
+            path: self.path.unwrap_or_default(),
+            completed: self.state.as_deref() == Some("completed"),
+            response_status: self.response_status,
+            response_headers: self.response_headers,
+            response_body: self.response_body,
+            generation: self.generation,
+        }
+    }
+}
 
 /// A key row as [`Backend::peek`] read it.
 #[doc(hidden)]
@@ -541,7 +568,7 @@ pub enum PhaseRecord {
 
 /// An outbox message as the relay takes it.
 #[doc(hidden)]
-#[derive(Debug)]
+#[derive(Debug, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: String,
     pub topic: String,

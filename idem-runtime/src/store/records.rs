@@ -186,58 +186,45 @@ pub struct KeyRecord {
     pub response_body_head: Vec<u8>,
 }
 
-/// A key row as both stores' `inspect_key` select it: state, recovery point,
-/// fingerprint, method, path, created/expires/locked-until in microseconds since the
-/// epoch, status, header block, body length and the body's first bytes.
-pub(crate) type InspectRow = (
-    String,
-    String,
-    Vec<u8>,
-    String,
-    String,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i16>,
-    Option<Vec<u8>>,
-    Option<i64>,
-    Option<Vec<u8>>,
-);
+/// A key row as both stores' `inspect_key` select it, times in microseconds since the
+/// epoch, with the body's length and first bytes.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct InspectRow {
+    state: String,
+    recovery_point: String,
+    request_hash: Vec<u8>,
+    method: String,
+    path: String,
+    created_at: i64,
+    expires_at: i64,
+    locked_until: Option<i64>,
+    response_status: Option<i16>,
+    response_headers: Option<Vec<u8>>,
+    body_len: Option<i64>,
+    body_head: Option<Vec<u8>>,
+}
 
 /// The operator's view of an [`InspectRow`] of `key` in `scope`.
 pub(crate) fn key_record(scope: &str, key: &str, row: InspectRow) -> KeyRecord {
-    let (
-        state,
-        recovery_point,
-        request_hash,
-        method,
-        path,
-        created,
-        expires,
-        locked,
-        status,
-        headers,
-        body_len,
-        body_head,
-    ) = row;
     KeyRecord {
         scope: scope.to_owned(),
         key: key.to_owned(),
-        state,
-        recovery_point,
-        fingerprint: request_hash,
-        method,
-        path,
-        created_at: from_micros(created),
-        expires_at: from_micros(expires),
-        locked_until: locked.map(from_micros),
-        response_status: status.and_then(|s| u16::try_from(s).ok()),
-        response_headers: headers
+        state: row.state,
+        recovery_point: row.recovery_point,
+        fingerprint: row.request_hash,
+        method: row.method,
+        path: row.path,
+        created_at: from_micros(row.created_at),
+        expires_at: from_micros(row.expires_at),
+        locked_until: row.locked_until.map(from_micros),
+        response_status: row.response_status.and_then(|s| u16::try_from(s).ok()),
+        response_headers: row
+            .response_headers
             .as_deref()
             .map(split_header_lines)
             .unwrap_or_default(),
-        response_body_len: body_len.map(count),
-        response_body_head: body_head.unwrap_or_default(),
+        response_body_len: row.body_len.map(count),
+        response_body_head: row.body_head.unwrap_or_default(),
     }
 }
 
@@ -271,18 +258,87 @@ pub(crate) fn header_lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])>
     })
 }
 
-/// `(scope, key, recovery point, created at, locked until)` of a key in progress, times in
-/// microseconds since the epoch, as both stores' `key_stats` select it.
-pub(crate) type InProgressRow = (String, String, String, i64, Option<i64>);
+/// A key in progress as both stores' `key_stats` select it, times in microseconds since
+/// the epoch.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct InProgressRow {
+    scope: String,
+    idem_key: String,
+    recovery_point: String,
+    created_at: i64,
+    locked_until: Option<i64>,
+}
 
 pub(crate) fn in_progress_key(row: InProgressRow) -> InProgressKey {
-    let (scope, key, recovery_point, created, locked) = row;
     InProgressKey {
-        scope,
-        key,
-        recovery_point,
-        created_at: from_micros(created),
-        locked_until: locked.map(from_micros),
+        scope: row.scope,
+        key: row.idem_key,
+        recovery_point: row.recovery_point,
+        created_at: from_micros(row.created_at),
+        locked_until: row.locked_until.map(from_micros),
+    }
+}
+
+/// One state's counts as both stores' `key_stats` select them.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct StateRow {
+    state: String,
+    total: i64,
+    last_hour: i64,
+    last_day: i64,
+    last_week: i64,
+    older: i64,
+    deletable: i64,
+    in_lease: i64,
+    stranded: i64,
+}
+
+/// Everything a store's `key_stats` reads, put together into [`KeyStats`] in one place.
+#[derive(Debug)]
+pub(crate) struct StatsRows {
+    pub(crate) states: Vec<StateRow>,
+    pub(crate) oldest: Option<InProgressRow>,
+    pub(crate) oldest_stranded: Option<InProgressRow>,
+    pub(crate) table_bytes: i64,
+    /// `(name, bytes)` of each index of the key table.
+    pub(crate) indexes: Vec<(String, i64)>,
+}
+
+impl From<StatsRows> for KeyStats {
+    fn from(rows: StatsRows) -> Self {
+        let mut stats = KeyStats {
+            states: Vec::with_capacity(rows.states.len()),
+            deletable: 0,
+            in_lease: 0,
+            oldest_in_progress: rows.oldest.map(in_progress_key),
+            stranded: 0,
+            oldest_stranded: rows.oldest_stranded.map(in_progress_key),
+            table_bytes: count(rows.table_bytes),
+            indexes: rows
+                .indexes
+                .into_iter()
+                .map(|(name, bytes)| IndexSize {
+                    name,
+                    bytes: count(bytes),
+                })
+                .collect(),
+        };
+        for row in rows.states {
+            stats.deletable += count(row.deletable);
+            stats.in_lease += count(row.in_lease);
+            stats.stranded += count(row.stranded);
+            stats.states.push(StateCount {
+                state: row.state,
+                ages: AgeCounts {
+                    total: count(row.total),
+                    last_hour: count(row.last_hour),
+                    last_day: count(row.last_day),
+                    last_week: count(row.last_week),
+                    older: count(row.older),
+                },
+            });
+        }
+        stats
     }
 }
 

@@ -11,8 +11,8 @@ use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use crate::store::{
-    AgeCounts, InProgressRow, IndexSize, InspectRow, KeyRecord, KeyStats, MIGRATIONS_TABLE,
-    Resolved, StateCount, StoredResponse, StrandedRow, count, in_progress_key, key_record,
+    InProgressRow, InspectRow, KeyRecord, KeyStats, MIGRATIONS_TABLE, Resolved, StateRow,
+    StatsRows, StoredResponse, StrandedRow, count, key_record,
 };
 
 /// Which rows a sweep may delete: completed, and past their retention. A key still
@@ -139,27 +139,6 @@ impl MaintenanceStore for Postgres {
     async fn key_stats(pool: &PgPool) -> sqlx::Result<KeyStats> {
         let mut conn = pool.acquire().await?;
         let rows: Vec<StateRow> = sqlx::query_as(STATE_COUNTS).fetch_all(&mut *conn).await?;
-        let mut deletable = 0;
-        let mut in_lease = 0;
-        let mut stranded = 0;
-        let mut states = Vec::with_capacity(rows.len());
-        for (state, total, last_hour, last_day, last_week, older, expired, leased, unfinished) in
-            rows
-        {
-            deletable += count(expired);
-            in_lease += count(leased);
-            stranded += count(unfinished);
-            states.push(StateCount {
-                state,
-                ages: AgeCounts {
-                    total: count(total),
-                    last_hour: count(last_hour),
-                    last_day: count(last_day),
-                    last_week: count(last_week),
-                    older: count(older),
-                },
-            });
-        }
         let oldest: Option<InProgressRow> = sqlx::query_as(OLDEST_IN_PROGRESS)
             .fetch_optional(&mut *conn)
             .await?;
@@ -169,22 +148,14 @@ impl MaintenanceStore for Postgres {
         let table_bytes: i64 = sqlx::query_scalar(TABLE_SIZE).fetch_one(&mut *conn).await?;
         let index_rows: Vec<(String, i64)> =
             sqlx::query_as(INDEX_SIZES).fetch_all(&mut *conn).await?;
-        Ok(KeyStats {
-            states,
-            deletable,
-            in_lease,
-            oldest_in_progress: oldest.map(in_progress_key),
-            stranded,
-            oldest_stranded: oldest_stranded.map(in_progress_key),
-            table_bytes: count(table_bytes),
-            indexes: index_rows
-                .into_iter()
-                .map(|(name, bytes)| IndexSize {
-                    name,
-                    bytes: count(bytes),
-                })
-                .collect(),
-        })
+        Ok(StatsRows {
+            states: rows,
+            oldest,
+            oldest_stranded,
+            table_bytes,
+            indexes: index_rows,
+        }
+        .into())
     }
 
     /// One key row, with at most `preview` bytes of its stored body.
@@ -292,41 +263,39 @@ macro_rules! micros {
 const STATE_COUNTS: &str = concat!(
     "\
 SELECT state,
-       count(*),
-       count(*) FILTER (WHERE created_at > now() - interval '1 hour'),
+       count(*) AS total,
+       count(*) FILTER (WHERE created_at > now() - interval '1 hour') AS last_hour,
        count(*) FILTER (WHERE created_at <= now() - interval '1 hour'
-                          AND created_at > now() - interval '1 day'),
+                          AND created_at > now() - interval '1 day') AS last_day,
        count(*) FILTER (WHERE created_at <= now() - interval '1 day'
-                          AND created_at > now() - interval '7 days'),
-       count(*) FILTER (WHERE created_at <= now() - interval '7 days'),
+                          AND created_at > now() - interval '7 days') AS last_week,
+       count(*) FILTER (WHERE created_at <= now() - interval '7 days') AS older,
        count(*) FILTER (WHERE ",
     deletable!(),
-    "),
-       count(*) FILTER (WHERE locked_until > now()),
+    ") AS deletable,
+       count(*) FILTER (WHERE locked_until > now()) AS in_lease,
        count(*) FILTER (WHERE ",
     stranded!(),
-    ")
+    ") AS stranded
   FROM idem_keys
  GROUP BY state
  ORDER BY state"
 );
 
-type StateRow = (String, i64, i64, i64, i64, i64, i64, i64, i64);
-
 const OLDEST_IN_PROGRESS: &str = concat!(
     "SELECT scope, idem_key, recovery_point, ",
     micros!("created_at"),
-    ", ",
+    " AS created_at, ",
     micros!("locked_until"),
-    " FROM idem_keys WHERE state = 'started' ORDER BY created_at LIMIT 1"
+    " AS locked_until FROM idem_keys WHERE state = 'started' ORDER BY created_at LIMIT 1"
 );
 
 const OLDEST_STRANDED: &str = concat!(
     "SELECT scope, idem_key, recovery_point, ",
     micros!("created_at"),
-    ", ",
+    " AS created_at, ",
     micros!("locked_until"),
-    " FROM idem_keys WHERE ",
+    " AS locked_until FROM idem_keys WHERE ",
     stranded!(),
     " ORDER BY created_at LIMIT 1"
 );
@@ -345,12 +314,13 @@ SELECT c.relname::text, pg_relation_size(i.indexrelid)
 const INSPECT: &str = concat!(
     "SELECT state, recovery_point, request_hash, method, path, ",
     micros!("created_at"),
-    ", ",
+    " AS created_at, ",
     micros!("expires_at"),
-    ", ",
+    " AS expires_at, ",
     micros!("locked_until"),
-    ", response_status, response_headers, octet_length(response_body)::int8, \
-     substring(response_body FROM 1 FOR $3) \
+    " AS locked_until, response_status, response_headers, \
+     octet_length(response_body)::int8 AS body_len, \
+     substring(response_body FROM 1 FOR $3) AS body_head \
      FROM idem_keys WHERE scope = $1 AND idem_key = $2"
 );
 

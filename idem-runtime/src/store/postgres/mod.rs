@@ -11,7 +11,7 @@ use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::query::QueryAs;
 use sqlx::{PgPool, Postgres, Transaction};
 
-use super::{Backend, Claim, ClaimRequest, Completion, ExistingKey, StoredResponse};
+use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, StoredResponse};
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
 /// it to the claim's wait. Both happen inside the prepared claim, before its insert can
@@ -65,8 +65,8 @@ SELECT false, k.expires_at <= now() AND k.state = 'completed', k.request_hash, k
 );
 
 const SELECT_EXISTING: &str = "\
-SELECT false, expires_at <= now() AND state = 'completed', request_hash, method, path, state,
-       response_status, response_headers, response_body, generation
+SELECT false AS claimed, expires_at <= now() AND state = 'completed' AS expired, request_hash,
+       method, path, state, response_status, response_headers, response_body, generation
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2";
 
@@ -102,18 +102,16 @@ UPDATE idem_keys
  WHERE scope = $1 AND idem_key = $2
 RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
 
-type KeyRow = (
-    bool,
-    bool,
-    Option<Vec<u8>>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<i16>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-    i64,
-);
+/// What the claim and [`SELECT_EXISTING`] return.
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    /// This statement inserted the row.
+    claimed: bool,
+    /// Completed and past its retention: a new request may reclaim it.
+    expired: bool,
+    #[sqlx(flatten)]
+    key: KeyColumns,
+}
 
 /// Opens every transaction idem runs a request in, whatever the connection's
 /// `default_transaction_isolation`. The claim relies on READ COMMITTED: a duplicate that
@@ -154,8 +152,12 @@ impl Backend for Postgres {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if row.0 => return Ok(Claim::Claimed { generation: row.9 }),
-            Some(row) if !row.1 => return Ok(Claim::Existing(existing(row))),
+            Some(row) if row.claimed => {
+                return Ok(Claim::Claimed {
+                    generation: row.key.generation,
+                });
+            }
+            Some(row) if !row.expired => return Ok(Claim::Existing(row.key.into_existing())),
             Some(_) | None => {}
         }
         // The key is expired, or its holder committed while we waited: look again
@@ -170,7 +172,7 @@ impl Backend for Postgres {
                 .fetch_optional(&mut *conn)
                 .await?;
             match row {
-                Some(row) if !row.1 => return Ok(Claim::Existing(existing(row))),
+                Some(row) if !row.expired => return Ok(Claim::Existing(row.key.into_existing())),
                 Some(_) => continue,
                 None => break,
             }
@@ -240,37 +242,4 @@ fn bind_claim<'q, O>(
         .bind(req.method)
         .bind(req.path)
         .bind(req.retention)
-}
-
-fn existing(row: KeyRow) -> ExistingKey {
-    let (_, _, hash, method, path, state, status, headers, body, generation) = row;
-    existing_key(
-        hash,
-        method,
-        path,
-        state,
-        (status, headers, body),
-        generation,
-    )
-}
-
-/// A key row's columns as the protocol reads them; shared by both forms' claims.
-fn existing_key(
-    hash: Option<Vec<u8>>,
-    method: Option<String>,
-    path: Option<String>,
-    state: Option<String>,
-    (response_status, response_headers, response_body): super::StoredColumns,
-    generation: i64,
-) -> ExistingKey {
-    ExistingKey {
-        fingerprint: hash.as_deref().and_then(|h| h.try_into().ok()),
-        method: method.unwrap_or_default(),
-        path: path.unwrap_or_default(),
-        completed: state.as_deref() == Some("completed"),
-        response_status,
-        response_headers,
-        response_body,
-        generation,
-    }
 }

@@ -29,7 +29,7 @@ UPDATE idem_outbox
         ORDER BY available_at, seq
         LIMIT $1
           FOR UPDATE SKIP LOCKED)
-RETURNING id::text, topic, payload::text, seq";
+RETURNING id::text AS id, topic, payload::text AS payload, seq";
 
 /// Starts one delivery, if the take `$2` still holds the message: hides it for `$3` from
 /// now and counts the attempt. Matches nothing once another relay took the message after
@@ -82,21 +82,12 @@ impl OutboxStore for Postgres {
         hold: Duration,
         holder: i64,
     ) -> sqlx::Result<Vec<OutboxRow>> {
-        let rows: Vec<(String, String, String, i64)> = sqlx::query_as(TAKE)
+        let mut messages: Vec<OutboxRow> = sqlx::query_as(TAKE)
             .bind(i64::from(limit))
             .bind(hold)
             .bind(holder)
             .fetch_all(conn)
             .await?;
-        let mut messages: Vec<OutboxRow> = rows
-            .into_iter()
-            .map(|(id, topic, payload, seq)| OutboxRow {
-                id,
-                topic,
-                payload,
-                seq,
-            })
-            .collect();
         // RETURNING has no order; deliver in the order the messages were written.
         messages.sort_by_key(|message| message.seq);
         Ok(messages)

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sqlx::postgres::PgConnection;
 use sqlx::{Postgres, Transaction};
 
-use super::existing_key;
+use crate::store::KeyColumns;
 use crate::store::{AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim};
 
 /// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
@@ -143,39 +143,22 @@ RETURNING true";
 #[derive(sqlx::FromRow)]
 struct Row {
     claimed: bool,
-    generation: i64,
     fencing_token: i64,
     expired: bool,
     lease_expired: bool,
-    request_hash: Option<Vec<u8>>,
-    method: Option<String>,
-    path: Option<String>,
-    state: Option<String>,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
+    #[sqlx(flatten)]
+    key: KeyColumns,
 }
 
 impl Row {
     fn into_claim(self) -> PhasedClaim {
         if self.claimed {
-            return PhasedClaim::Claimed(fresh(self.generation, self.fencing_token));
+            return PhasedClaim::Claimed(fresh(self.key.generation, self.fencing_token));
         }
         PhasedClaim::Existing {
             lease_expired: self.lease_expired,
             fencing_token: self.fencing_token,
-            key: existing_key(
-                self.request_hash,
-                self.method,
-                self.path,
-                self.state,
-                (
-                    self.response_status,
-                    self.response_headers,
-                    self.response_body,
-                ),
-                self.generation,
-            ),
+            key: self.key.into_existing(),
         }
     }
 

@@ -11,8 +11,8 @@ use sqlx::{AssertSqlSafe, SqlitePool};
 
 use super::now;
 use crate::store::{
-    AgeCounts, InProgressRow, IndexSize, InspectRow, KeyRecord, KeyStats, MIGRATIONS_TABLE,
-    Resolved, StateCount, StoredResponse, StrandedRow, count, in_progress_key, key_record,
+    InProgressRow, InspectRow, KeyRecord, KeyStats, MIGRATIONS_TABLE, Resolved, StateRow,
+    StatsRows, StoredResponse, StrandedRow, count, key_record,
 };
 
 /// Which rows a sweep may delete: completed, and past their retention. A key still
@@ -123,27 +123,6 @@ impl MaintenanceStore for Sqlite {
         let rows: Vec<StateRow> = sqlx::query_as(AssertSqlSafe(state_counts()))
             .fetch_all(&mut *conn)
             .await?;
-        let mut deletable = 0;
-        let mut in_lease = 0;
-        let mut stranded = 0;
-        let mut states = Vec::with_capacity(rows.len());
-        for (state, total, last_hour, last_day, last_week, older, expired, leased, unfinished) in
-            rows
-        {
-            deletable += count(expired);
-            in_lease += count(leased);
-            stranded += count(unfinished);
-            states.push(StateCount {
-                state,
-                ages: AgeCounts {
-                    total: count(total),
-                    last_hour: count(last_hour),
-                    last_day: count(last_day),
-                    last_week: count(last_week),
-                    older: count(older),
-                },
-            });
-        }
         let oldest: Option<InProgressRow> = sqlx::query_as(OLDEST_IN_PROGRESS)
             .fetch_optional(&mut *conn)
             .await?;
@@ -153,22 +132,14 @@ impl MaintenanceStore for Sqlite {
         let table_bytes: i64 = sqlx::query_scalar(TABLE_SIZE).fetch_one(&mut *conn).await?;
         let index_rows: Vec<(String, i64)> =
             sqlx::query_as(INDEX_SIZES).fetch_all(&mut *conn).await?;
-        Ok(KeyStats {
-            states,
-            deletable,
-            in_lease,
-            oldest_in_progress: oldest.map(in_progress_key),
-            stranded,
-            oldest_stranded: oldest_stranded.map(in_progress_key),
-            table_bytes: count(table_bytes),
-            indexes: index_rows
-                .into_iter()
-                .map(|(name, bytes)| IndexSize {
-                    name,
-                    bytes: count(bytes),
-                })
-                .collect(),
-        })
+        Ok(StatsRows {
+            states: rows,
+            oldest,
+            oldest_stranded,
+            table_bytes,
+            indexes: index_rows,
+        }
+        .into())
     }
 
     /// One key row, with at most `preview` bytes of its stored body.
@@ -266,21 +237,21 @@ fn state_counts() -> String {
     let week = 7 * day;
     format!(
         "SELECT state,
-       count(*),
-       count(*) FILTER (WHERE created_at > {now} - {HOUR_US}),
-       count(*) FILTER (WHERE created_at <= {now} - {HOUR_US} AND created_at > {now} - {day}),
-       count(*) FILTER (WHERE created_at <= {now} - {day} AND created_at > {now} - {week}),
-       count(*) FILTER (WHERE created_at <= {now} - {week}),
-       count(*) FILTER (WHERE {DELETABLE}),
-       count(*) FILTER (WHERE locked_until > {now}),
-       count(*) FILTER (WHERE {STRANDED})
+       count(*) AS total,
+       count(*) FILTER (WHERE created_at > {now} - {HOUR_US}) AS last_hour,
+       count(*) FILTER (WHERE created_at <= {now} - {HOUR_US} AND created_at > {now} - {day})
+           AS last_day,
+       count(*) FILTER (WHERE created_at <= {now} - {day} AND created_at > {now} - {week})
+           AS last_week,
+       count(*) FILTER (WHERE created_at <= {now} - {week}) AS older,
+       count(*) FILTER (WHERE {DELETABLE}) AS deletable,
+       count(*) FILTER (WHERE locked_until > {now}) AS in_lease,
+       count(*) FILTER (WHERE {STRANDED}) AS stranded
   FROM idem_keys
  GROUP BY state
  ORDER BY state"
     )
 }
-
-type StateRow = (String, i64, i64, i64, i64, i64, i64, i64, i64);
 
 const OLDEST_IN_PROGRESS: &str = "\
 SELECT scope, idem_key, recovery_point, created_at, locked_until
@@ -306,8 +277,8 @@ SELECT m.name, coalesce((SELECT sum(pgsize) FROM dbstat d WHERE d.name = m.name)
 /// Reads only the first `$3` bytes of the body: a stored body may be megabytes long.
 const INSPECT: &str = "\
 SELECT state, recovery_point, request_hash, method, path, created_at, expires_at,
-       locked_until, response_status, response_headers, length(response_body),
-       substr(response_body, 1, $3)
+       locked_until, response_status, response_headers, length(response_body) AS body_len,
+       substr(response_body, 1, $3) AS body_head
   FROM idem_keys WHERE scope = $1 AND idem_key = $2";
 
 const STRANDED_KEYS: &str = concat!(

@@ -29,7 +29,7 @@ use sqlx::query::QueryAs;
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
 
-use super::{Backend, Claim, ClaimRequest, Completion, ExistingKey, PeekedKey, StoredResponse};
+use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, PeekedKey, StoredResponse};
 
 /// The current time in microseconds since the Unix epoch, as an SQL expression. SQLite
 /// evaluates it once per statement, so every use in one statement agrees.
@@ -108,18 +108,16 @@ UPDATE idem_keys
  WHERE scope = $1 AND idem_key = $2
 RETURNING 1";
 
-type KeyRow = (
-    bool,
-    bool,
-    Vec<u8>,
-    String,
-    String,
-    String,
-    Option<i16>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-    i64,
-);
+/// What [`SELECT_EXISTING`] returns.
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    /// Completed and past its retention: a new request may reclaim it.
+    expired: bool,
+    /// No phased attempt holds its lease.
+    lease_free: bool,
+    #[sqlx(flatten)]
+    key: KeyColumns,
+}
 
 /// `SQLITE_BUSY`, in the low byte of every extended code (`SQLITE_BUSY_SNAPSHOT`, ...):
 /// another connection holds the lock this statement needs.
@@ -217,12 +215,14 @@ impl Backend for Sqlite {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if row.0 && row.1 => match reclaim_expired(conn, req, None).await? {
-                Some((generation, _)) => Ok(Claim::Claimed { generation }),
-                // The write lock is held, so the expired row read above is still there.
-                None => Ok(Claim::Vanished),
-            },
-            Some(row) => Ok(Claim::Existing(existing(row))),
+            Some(row) if row.expired && row.lease_free => {
+                match reclaim_expired(conn, req, None).await? {
+                    Some((generation, _)) => Ok(Claim::Claimed { generation }),
+                    // The write lock is held, so the expired row read above is still there.
+                    None => Ok(Claim::Vanished),
+                }
+            }
+            Some(row) => Ok(Claim::Existing(row.key.into_existing())),
             // The write lock is held: the row that made the insert conflict is still there.
             None => Ok(Claim::Vanished),
         }
@@ -279,9 +279,9 @@ impl Backend for Sqlite {
             .fetch_optional(pool)
             .await?;
         Ok(row.map(|row| PeekedKey {
-            expired: row.0,
-            lease_free: row.1,
-            key: existing(row),
+            expired: row.expired,
+            lease_free: row.lease_free,
+            key: row.key.into_existing(),
         }))
     }
 
@@ -335,37 +335,4 @@ fn bind_claim<'q, O>(
         .bind(req.method)
         .bind(req.path)
         .bind(micros(req.retention))
-}
-
-fn existing(row: KeyRow) -> ExistingKey {
-    let (_, _, hash, method, path, state, status, headers, body, generation) = row;
-    existing_key(
-        &hash,
-        method,
-        path,
-        &state,
-        (status, headers, body),
-        generation,
-    )
-}
-
-/// A key row's columns as the protocol reads them; shared by both forms' claims.
-fn existing_key(
-    hash: &[u8],
-    method: String,
-    path: String,
-    state: &str,
-    (response_status, response_headers, response_body): super::StoredColumns,
-    generation: i64,
-) -> ExistingKey {
-    ExistingKey {
-        fingerprint: hash.try_into().ok(),
-        method,
-        path,
-        completed: state == "completed",
-        response_status,
-        response_headers,
-        response_body,
-        generation,
-    }
 }

@@ -118,21 +118,12 @@ impl OutboxStore for Sqlite {
         hold: Duration,
         holder: i64,
     ) -> sqlx::Result<Vec<OutboxRow>> {
-        let rows: Vec<(String, String, String, i64)> = sqlx::query_as(TAKE)
+        let mut messages: Vec<OutboxRow> = sqlx::query_as(TAKE)
             .bind(i64::from(limit))
             .bind(micros(hold))
             .bind(holder)
             .fetch_all(conn)
             .await?;
-        let mut messages: Vec<OutboxRow> = rows
-            .into_iter()
-            .map(|(id, topic, payload, seq)| OutboxRow {
-                id,
-                topic,
-                payload,
-                seq,
-            })
-            .collect();
         // RETURNING has no order; deliver in the order the messages were written.
         messages.sort_by_key(|message| message.seq);
         Ok(messages)

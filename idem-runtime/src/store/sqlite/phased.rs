@@ -13,7 +13,8 @@ use std::time::Duration;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Sqlite, Transaction};
 
-use super::{existing_key, micros, next_attempt, now, reclaim_expired};
+use super::{micros, next_attempt, now, reclaim_expired};
+use crate::store::KeyColumns;
 use crate::store::{
     AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim, StoredResponse,
 };
@@ -121,14 +122,8 @@ struct Row {
     fencing_token: i64,
     expired: bool,
     lease_expired: bool,
-    request_hash: Vec<u8>,
-    method: String,
-    path: String,
-    state: String,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
-    generation: i64,
+    #[sqlx(flatten)]
+    key: KeyColumns,
 }
 
 fn fresh(generation: i64, fencing_token: i64) -> AttemptRow {
@@ -173,14 +168,7 @@ impl PhaseStore for Sqlite {
         Ok(PhasedClaim::Existing {
             lease_expired: row.lease_expired,
             fencing_token: row.fencing_token,
-            key: existing_key(
-                &row.request_hash,
-                row.method,
-                row.path,
-                &row.state,
-                (row.response_status, row.response_headers, row.response_body),
-                row.generation,
-            ),
+            key: row.key.into_existing(),
         })
     }
 
