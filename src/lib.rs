@@ -206,6 +206,7 @@ pub use idem_runtime::{
 };
 pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,
+    TaskHandle,
 };
 pub use idem_runtime::{
     RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, resolve_key_with,

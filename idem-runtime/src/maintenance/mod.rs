@@ -4,6 +4,7 @@
 mod schema;
 mod stranded;
 mod sweep;
+mod task;
 mod views;
 
 pub use schema::{SchemaStatus, migrate, schema_status};
@@ -12,4 +13,6 @@ pub use stranded::{
     stranded_keys,
 };
 pub use sweep::{Expiry, ExpiryHandle, ExpiryStats, SweepError, SweepReport};
+pub(crate) use task::OnPanic;
+pub use task::TaskHandle;
 pub use views::{inspect_key, key_stats};

@@ -12,10 +12,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::FutureExt;
 use sqlx::Pool;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
+use super::task::{OnPanic, TaskHandle, stopped};
 use crate::store::{Backend, DefaultBackend};
+
+/// The target of this module's events, as it was before the module moved: filters
+/// and subscribers name it (README, "Expiry and operator tooling").
+const TRACE_TARGET: &str = "idem_runtime::expiry";
 
 /// The expiry task: deletes key rows whose retention has ended, in bounded batches.
 ///
@@ -286,7 +289,7 @@ impl<DB: Backend> Expiry<DB> {
     }
 
     /// Runs [`run`](Self::run) on the current tokio runtime, stopped by the returned
-    /// handle's [`stop`](ExpiryHandle::stop) or when the handle is dropped.
+    /// handle's [`stop`](TaskHandle::stop) or when the handle is dropped.
     ///
     /// While it sleeps between sweeps the task holds no strong reference to its state:
     /// only the handle does, so a dropped handle ends the task at the next wake-up even
@@ -305,12 +308,11 @@ impl<DB: Backend> Expiry<DB> {
     /// ```
     pub fn spawn(self) -> ExpiryHandle<DB> {
         let expiry = Arc::new(self);
-        let (stop, stopped) = oneshot::channel::<()>();
-        // A dropped sender resolves the receiver too: dropping the handle stops the task.
-        let task = tokio::spawn(run_until(Arc::downgrade(&expiry), async move {
-            let _ = stopped.await;
-        }));
-        ExpiryHandle { expiry, stop, task }
+        let weak = Arc::downgrade(&expiry);
+        // A dropped handle ends the stop signal too: dropping the handle stops the task.
+        TaskHandle::spawn(expiry, OnPanic::Resume, |stop| {
+            run_until(weak, stopped(stop))
+        })
     }
 
     /// One sweep, ending early when `stop` completes during a pause.
@@ -335,6 +337,7 @@ impl<DB: Backend> Expiry<DB> {
                     report.duration = started.elapsed();
                     self.update_stats(|stats| stats.failed_sweeps += 1);
                     tracing::warn!(
+                        target: TRACE_TARGET,
                         error = %error,
                         rows_deleted = report.rows_deleted,
                         batches = report.batches,
@@ -392,6 +395,7 @@ impl<DB: Backend> Expiry<DB> {
         // An idle sweep every minute is not news; one that deleted something is.
         if report.rows_deleted > 0 {
             tracing::info!(
+                target: TRACE_TARGET,
                 rows_deleted = report.rows_deleted,
                 batches = report.batches,
                 duration_ms,
@@ -401,6 +405,7 @@ impl<DB: Backend> Expiry<DB> {
             );
         } else {
             tracing::debug!(
+                target: TRACE_TARGET,
                 rows_deleted = 0,
                 batches = 0,
                 duration_ms,
@@ -427,6 +432,7 @@ impl<DB: Backend> Expiry<DB> {
                 crate::metrics::stranded(stranded, oldest_age);
                 if stranded > 0 {
                     tracing::warn!(
+                        target: TRACE_TARGET,
                         stranded,
                         oldest_age_s = oldest_age.map(|age| age.as_secs()),
                         "idem keys in progress past their retention are kept, not deleted: \
@@ -434,7 +440,9 @@ impl<DB: Backend> Expiry<DB> {
                     );
                 }
             }
-            Err(error) => tracing::warn!(%error, "idem expiry: counting stranded keys failed"),
+            Err(error) => {
+                tracing::warn!(target: TRACE_TARGET, %error, "idem expiry: counting stranded keys failed")
+            }
         }
     }
 
@@ -477,27 +485,18 @@ async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<
     }
 }
 
-/// The running expiry task of [`Expiry::spawn`].
-///
-/// Dropping the handle stops the task too, but without waiting for it: call
-/// [`stop`](Self::stop) at shutdown.
+/// The running expiry task of [`Expiry::spawn`]: a [`TaskHandle`] that also reads the
+/// sweep's statistics.
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
-/// let handle = idem_runtime::Expiry::new(pool).spawn();
-/// assert!(!handle.is_finished());
+/// let handle: idem_runtime::ExpiryHandle = idem_runtime::Expiry::new(pool).spawn();
 /// handle.stop().await;
 /// # }
 /// ```
-#[must_use = "the expiry task stops when its handle is dropped"]
-#[derive(Debug)]
-pub struct ExpiryHandle<DB: Backend = DefaultBackend> {
-    expiry: Arc<Expiry<DB>>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
-}
+pub type ExpiryHandle<DB = DefaultBackend> = TaskHandle<Arc<Expiry<DB>>>;
 
-impl<DB: Backend> ExpiryHandle<DB> {
+impl<DB: Backend> TaskHandle<Arc<Expiry<DB>>> {
     /// Totals of the task's sweeps so far; see [`Expiry::stats`].
     ///
     /// ```no_run
@@ -508,40 +507,7 @@ impl<DB: Backend> ExpiryHandle<DB> {
     /// # }
     /// ```
     pub fn stats(&self) -> ExpiryStats {
-        self.expiry.stats()
-    }
-
-    /// Whether the task has ended (stopped, or its pool was closed).
-    ///
-    /// ```no_run
-    /// # async fn check(pool: sqlx::PgPool) {
-    /// let handle = idem_runtime::Expiry::new(pool.clone()).spawn();
-    /// pool.close().await;
-    /// # tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    /// assert!(handle.is_finished());
-    /// # }
-    /// ```
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-
-    /// Stops the task and waits for it to end: at once when it is sleeping, after the
-    /// batch in flight when it is sweeping.
-    ///
-    /// ```no_run
-    /// # async fn shutdown(handle: idem_runtime::ExpiryHandle) {
-    /// handle.stop().await;
-    /// # }
-    /// ```
-    pub async fn stop(self) {
-        let Self { expiry, stop, task } = self;
-        let _ = stop.send(());
-        if let Err(error) = task.await
-            && error.is_panic()
-        {
-            std::panic::resume_unwind(error.into_panic());
-        }
-        drop(expiry);
+        self.state().stats()
     }
 }
 
