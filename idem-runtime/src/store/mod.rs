@@ -59,8 +59,8 @@ pub type DefaultBackend = sqlx::Postgres;
 #[cfg(all(feature = "sqlite", not(feature = "postgres")))]
 pub type DefaultBackend = sqlx::Sqlite;
 
-/// A database that can hold idem's keys. Implemented for [`sqlx::Postgres`] (feature
-/// `postgres`) and [`sqlx::Sqlite`] (feature `sqlite`).
+/// A database that can hold idem's keys. Implemented for `sqlx::Postgres` (feature
+/// `postgres`) and `sqlx::Sqlite` (feature `sqlite`).
 ///
 /// The trait is sealed: its methods are idem's storage protocol, not an extension point.
 #[diagnostic::on_unimplemented(
