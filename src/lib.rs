@@ -194,23 +194,29 @@
 //! sends one key per logical request and retries it safely.
 
 pub use idem_macros::idempotent;
-pub use idem_runtime::{
-    AgeCounts, BODY_PREVIEW_BYTES, Expiry, ExpiryHandle, ExpiryStats, InProgressKey, IndexSize,
-    KeyRecord, KeyStats, SchemaStatus, StateCount, SweepError, SweepReport, inspect_key, key_stats,
-    schema_status,
-};
+/// The operator's side: the expiry sweep, the schema's status, the views of the key table
+/// and the repair of unfinished keys.
+pub use idem_runtime::admin;
+/// The outbox: messages written with the handler's transaction, and the relay.
+pub use idem_runtime::outbox;
+/// The phased form: phases, the lease and their errors.
+pub use idem_runtime::phased;
+/// The problem responses idem answers with.
+pub use idem_runtime::problem;
 pub use idem_runtime::{
     Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
-    IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, MIGRATIONS_TABLE, Policy, ScopeKey, Tx,
-    UnverifiedScope, migrate, policies, problem,
+    IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, Phases, Policy, ScopeKey, TaskHandle, Tx,
+    UnverifiedScope, migrate, policies,
 };
-pub use idem_runtime::{
-    Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,
-};
-pub use idem_runtime::{
-    RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, resolve_key_with,
-    stranded_keys,
-};
+
+// The root names of the items now grouped in `admin`, `outbox` and `phased`, kept out of
+// the documentation while callers move.
+#[doc(hidden)]
+pub use idem_runtime::admin::*;
+#[doc(hidden)]
+pub use idem_runtime::outbox::{Message, Relay, RelayHandle};
+#[doc(hidden)]
+pub use idem_runtime::phased::{Lease, MAX_PHASE_NAME_LEN, PhaseError, PhaseErrorKind};
 
 #[cfg(feature = "encryption")]
 pub use idem_runtime::encryption;

@@ -35,6 +35,8 @@ use crate::store::{Backend, DefaultBackend};
 pub struct Idem<DB: Backend = DefaultBackend> {
     pool: Pool<DB>,
     settings: Arc<Settings>,
+    /// How the store opens a request's transaction with this `claim_wait`.
+    opening: DB::Opening,
     /// Shared by clones, so every handler of the application sees the same keys.
     in_flight: Arc<crate::flow::InFlight>,
 }
@@ -48,7 +50,6 @@ struct Settings {
     replay_headers: Vec<HeaderName>,
     transient_statuses: Vec<StatusCode>,
     keyring: crate::encryption::Slot,
-    begin_sql: Arc<str>,
 }
 
 /// Headers that carry credentials or per-connection state; never stored or replayed.
@@ -101,8 +102,8 @@ impl<DB: Backend> Idem<DB> {
                     StatusCode::TOO_MANY_REQUESTS,
                 ],
                 keyring: Default::default(),
-                begin_sql: DB::begin_sql(claim_wait).into(),
             }),
+            opening: DB::opening(claim_wait),
             in_flight: Default::default(),
         }
     }
@@ -128,9 +129,8 @@ impl<DB: Backend> Idem<DB> {
             wait.as_millis() > 0,
             "idem: claim_wait must be at least 1 ms; zero would wait forever"
         );
-        let settings = Arc::make_mut(&mut self.settings);
-        settings.claim_wait = wait;
-        settings.begin_sql = DB::begin_sql(wait).into();
+        Arc::make_mut(&mut self.settings).claim_wait = wait;
+        self.opening = DB::opening(wait);
         self
     }
 
@@ -253,11 +253,8 @@ impl<DB: Backend> Idem<DB> {
         &self.settings.replay_headers
     }
 
-    // Only SQLite's `begin` reads it (PostgreSQL's claim sets its own lock timeout), so a
-    // build without the `sqlite` feature never calls it.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    pub(crate) fn begin_sql(&self) -> Arc<str> {
-        Arc::clone(&self.settings.begin_sql)
+    pub(crate) fn opening(&self) -> &DB::Opening {
+        &self.opening
     }
 
     pub(crate) fn claim_wait_time(&self) -> Duration {
@@ -276,6 +273,7 @@ impl<DB: Backend> Clone for Idem<DB> {
         Self {
             pool: self.pool.clone(),
             settings: Arc::clone(&self.settings),
+            opening: self.opening.clone(),
             in_flight: Arc::clone(&self.in_flight),
         }
     }

@@ -48,6 +48,7 @@ use actix_web::HttpResponse;
 use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 
+use crate::outcome::Outcome;
 use crate::problem::ProblemKind;
 use crate::store::{ClaimRequest, ExistingKey};
 
@@ -279,7 +280,7 @@ pub(crate) fn open(
     keyring: &Slot,
     claim: &ClaimRequest<'_>,
     mut existing: ExistingKey,
-) -> Result<ExistingKey, (HttpResponse, &'static str)> {
+) -> Result<ExistingKey, (HttpResponse, Outcome)> {
     let row = Row {
         scope: claim.scope,
         key: claim.key,
@@ -323,7 +324,7 @@ pub(crate) fn open(
 }
 
 /// The 500 a stored response gets instead of a replay when it cannot be trusted.
-fn unreadable(field: &str, reason: &str) -> (HttpResponse, &'static str) {
+fn unreadable(field: &str, reason: &str) -> (HttpResponse, Outcome) {
     tracing::error!(
         field,
         reason,
@@ -331,7 +332,7 @@ fn unreadable(field: &str, reason: &str) -> (HttpResponse, &'static str) {
     );
     let response = ProblemKind::StoredResponseUnreadable
         .response("the stored response to this request cannot be read; nothing was replayed");
-    (response, "unreadable")
+    (response, Outcome::Unreadable)
 }
 
 #[cfg(test)]

@@ -34,6 +34,6 @@ pub(crate) fn open(
     _: &Slot,
     _: &ClaimRequest<'_>,
     existing: ExistingKey,
-) -> Result<ExistingKey, (HttpResponse, &'static str)> {
+) -> Result<ExistingKey, (HttpResponse, crate::outcome::Outcome)> {
     Ok(existing)
 }

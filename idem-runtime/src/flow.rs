@@ -20,6 +20,7 @@ use crate::decode::{self, DecodeError};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::metrics::timed;
+use crate::outcome::Outcome;
 use crate::policy::Policy;
 use crate::problem::ProblemKind;
 use crate::store::{Backend, Claim, ClaimRequest, Completion, ExistingKey, StoredResponse};
@@ -61,7 +62,7 @@ impl Identity<'_> {
         ClaimRequest {
             scope,
             key: self.key.as_str(),
-            fingerprint: self.fingerprint,
+            fingerprint: *self.fingerprint.as_bytes(),
             method: self.method,
             path: &self.path,
             retention,
@@ -173,7 +174,7 @@ impl<DB: Backend> Prepared<DB> {
             .run_inner(scope, handler)
             .instrument(span.clone())
             .await;
-        span.record("outcome", outcome);
+        span.record("outcome", outcome.as_str());
         crate::metrics::outcome(policy, outcome);
         response
     }
@@ -182,7 +183,7 @@ impl<DB: Backend> Prepared<DB> {
     // The error is the request's final answer, built once and returned straight to actix:
     // boxing it would only add an allocation.
     #[allow(clippy::result_large_err)]
-    pub(crate) fn identify(&self) -> Result<Identity<'_>, (HttpResponse, &'static str)> {
+    pub(crate) fn identify(&self) -> Result<Identity<'_>, (HttpResponse, Outcome)> {
         let key = match IdempotencyKey::from_headers(self.req.headers()) {
             Ok(key) => key,
             Err(error) => {
@@ -190,7 +191,7 @@ impl<DB: Backend> Prepared<DB> {
                     crate::KeyError::Missing => ProblemKind::KeyMissing,
                     _ => ProblemKind::KeyInvalid,
                 };
-                return Err((kind.response(error.to_string()), "invalid_key"));
+                return Err((kind.response(error.to_string()), Outcome::InvalidKey));
             }
         };
         let method = self.req.method().as_str();
@@ -206,7 +207,7 @@ impl<DB: Backend> Prepared<DB> {
                 Err(error) => {
                     return Err((
                         ProblemKind::BodyInvalid.response(error.to_string()),
-                        "invalid_body",
+                        Outcome::InvalidBody,
                     ));
                 }
             };
@@ -218,7 +219,7 @@ impl<DB: Backend> Prepared<DB> {
         })
     }
 
-    async fn run_inner<F>(self, scope: &str, handler: F) -> (HttpResponse, &'static str)
+    async fn run_inner<F>(self, scope: &str, handler: F) -> (HttpResponse, Outcome)
     where
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> HttpResponse,
     {
@@ -231,11 +232,17 @@ impl<DB: Backend> Prepared<DB> {
             return answer;
         }
 
-        let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
+        let mut txn = match timed(
+            self.policy,
+            "begin",
+            DB::begin(self.idem.pool(), self.idem.opening()),
+        )
+        .await
+        {
             Ok(txn) => txn,
             // SQLite: another request holds the database's write lock past `claim_wait`.
             Err(error) if DB::is_lock_timeout(&error) => return self.busy(&claim),
-            Err(error) => return (storage_unavailable(&error), "storage_error"),
+            Err(error) => return (storage_unavailable(&error), Outcome::StorageError),
         };
         // Declared after `txn`, so dropped before it; the key is announced as held until
         // idem's transaction ended (or, when dropped, its rollback is queued).
@@ -255,9 +262,11 @@ impl<DB: Backend> Prepared<DB> {
                         Err(answer) => answer,
                     };
                 }
-                Ok(Claim::Vanished) => return (in_progress(), "in_progress"),
-                Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
-                Err(error) => return (storage_unavailable(&error), "storage_error"),
+                Ok(Claim::Vanished) => return (in_progress(), Outcome::InProgress),
+                Err(error) if DB::is_lock_timeout(&error) => {
+                    return (in_progress(), Outcome::InProgress);
+                }
+                Err(error) => return (storage_unavailable(&error), Outcome::StorageError),
             };
 
         let response = match AssertUnwindSafe(handler(Tx::new(&mut *txn)))
@@ -274,7 +283,7 @@ impl<DB: Backend> Prepared<DB> {
                 );
                 let response = ProblemKind::HandlerPanicked
                     .response("the request failed and nothing was saved; it may be retried");
-                return (response, "panicked");
+                return (response, Outcome::Panicked);
             }
         };
 
@@ -282,13 +291,15 @@ impl<DB: Backend> Prepared<DB> {
         // the client can retry the key.
         if self.idem.is_transient(response.status()) {
             let _ = txn.rollback().await;
-            return (response, "rolled_back");
+            return (response, Outcome::RolledBack);
         }
 
         let (head, body_bytes) = match self.buffer_response(response, "nothing was saved").await {
             Ok(parts) => parts,
-            Err(Unbuffered::TooLarge) => return (self.too_large("nothing was saved"), "too_large"),
-            Err(Unbuffered::Failed(answer)) => return (answer, "rolled_back"),
+            Err(Unbuffered::TooLarge) => {
+                return (self.too_large("nothing was saved"), Outcome::TooLarge);
+            }
+            Err(Unbuffered::Failed(answer)) => return (answer, Outcome::RolledBack),
         };
         let (status, stored_headers, stored_body) =
             self.seal_response(&claim, generation, &head, &body_bytes);
@@ -305,8 +316,8 @@ impl<DB: Backend> Prepared<DB> {
         .await
         {
             Ok(Completion::Recorded) => match timed(self.policy, "commit", txn.commit()).await {
-                Ok(()) => "executed",
-                Err(error) => return (commit_failed::<DB>(&error), "storage_error"),
+                Ok(()) => Outcome::Executed,
+                Err(error) => return (commit_failed::<DB>(&error), Outcome::StorageError),
             },
             Ok(Completion::OutsideTransaction) => {
                 // The handler's COMMIT already made its writes durable; the key is now
@@ -315,7 +326,7 @@ impl<DB: Backend> Prepared<DB> {
                     handler = self.policy.handler(),
                     "the handler committed idem's transaction itself; never end it by hand"
                 );
-                "executed"
+                Outcome::Executed
             }
             Ok(Completion::RowGone) => {
                 tracing::error!(
@@ -324,7 +335,7 @@ impl<DB: Backend> Prepared<DB> {
                 );
                 let response = ProblemKind::TransactionEnded
                     .response("the request failed and nothing was saved; it may be retried");
-                return (response, "rolled_back");
+                return (response, Outcome::RolledBack);
             }
             Err(error) if DB::is_aborted_transaction(&error) => {
                 // A statement of the handler failed and it answered anyway. Nothing it
@@ -339,7 +350,7 @@ impl<DB: Backend> Prepared<DB> {
                     );
                     let response = ProblemKind::TransactionAborted
                         .response("the request failed and nothing was saved; it may be retried");
-                    return (response, "rolled_back");
+                    return (response, Outcome::RolledBack);
                 }
                 if let Err(error) = self
                     .record_without_effects(&claim, &head, &body_bytes)
@@ -348,9 +359,9 @@ impl<DB: Backend> Prepared<DB> {
                     // The answer is still right; a retry re-runs the handler instead.
                     tracing::warn!(%error, "could not store a 4xx answered after a failed statement");
                 }
-                "executed"
+                Outcome::Executed
             }
-            Err(error) => return (storage_unavailable(&error), "storage_error"),
+            Err(error) => return (storage_unavailable(&error), Outcome::StorageError),
         };
         (head.set_body(body_bytes).map_into_boxed_body(), outcome)
     }
@@ -364,11 +375,11 @@ impl<DB: Backend> Prepared<DB> {
         &self,
         claim: &ClaimRequest<'_>,
         phased: bool,
-    ) -> Option<(HttpResponse, &'static str)> {
+    ) -> Option<(HttpResponse, Outcome)> {
         if !DB::ONE_WRITER {
             return None;
         }
-        let peeked = match timed(self.policy, "read", DB::peek(&self.idem, claim)).await {
+        let peeked = match timed(self.policy, "read", DB::peek(self.idem.pool(), claim)).await {
             Ok(peeked) => peeked?,
             Err(error) => {
                 tracing::debug!(%error, "could not read the key; claiming it instead");
@@ -398,9 +409,9 @@ impl<DB: Backend> Prepared<DB> {
     /// The answer to a request that could not get the database's one write lock within
     /// `claim_wait`: 409 when a request of this process holds its key, else 503
     /// `storage-busy`, as the lock holder may be any request.
-    pub(crate) fn busy(&self, claim: &ClaimRequest<'_>) -> (HttpResponse, &'static str) {
+    pub(crate) fn busy(&self, claim: &ClaimRequest<'_>) -> (HttpResponse, Outcome) {
         if self.idem.in_flight().holds(claim) {
-            return (in_progress(), "in_progress");
+            return (in_progress(), Outcome::InProgress);
         }
         tracing::warn!(
             handler = self.policy.handler(),
@@ -410,7 +421,7 @@ impl<DB: Backend> Prepared<DB> {
             "the database is busy with other requests; nothing was saved; retry with the same \
              Idempotency-Key after the delay in Retry-After",
         );
-        (response, "busy")
+        (response, Outcome::Busy)
     }
 
     /// Reads the handler's response body into memory to store it, up to the stored limit.
@@ -485,7 +496,7 @@ impl<DB: Backend> Prepared<DB> {
         head: &HttpResponse<()>,
         body: &[u8],
     ) -> Result<(), sqlx::Error> {
-        let mut txn = DB::begin(&self.idem).await?;
+        let mut txn = DB::begin(self.idem.pool(), self.idem.opening()).await?;
         if let Claim::Claimed { generation } = DB::claim(&mut txn, claim).await? {
             let (status, headers, body) = self.seal_response(claim, generation, head, body);
             let stored = StoredResponse {
@@ -508,18 +519,18 @@ fn stored_status_is_client_error(stored: &StoredResponse<'_>) -> bool {
 pub(crate) fn mismatched(
     existing: &ExistingKey,
     claim: &ClaimRequest<'_>,
-) -> Option<(HttpResponse, &'static str)> {
+) -> Option<(HttpResponse, Outcome)> {
     if existing.method != claim.method || existing.path != claim.path {
         let detail = format!(
             "this Idempotency-Key was used for {} {}; use a new key for a different request",
             existing.method, existing.path
         );
-        return Some((mismatch(detail, "method_or_path"), "mismatch"));
+        return Some((mismatch(detail, "method_or_path"), Outcome::Mismatch));
     }
     if existing.fingerprint != Some(claim.fingerprint) {
         let detail = "this Idempotency-Key was used with a different request body; \
                       use a new key for a different request";
-        return Some((mismatch(detail.to_owned(), "body"), "mismatch"));
+        return Some((mismatch(detail.to_owned(), "body"), Outcome::Mismatch));
     }
     None
 }
@@ -528,7 +539,7 @@ pub(crate) fn mismatched(
 pub(crate) fn answer_existing(
     existing: ExistingKey,
     claim: &ClaimRequest<'_>,
-) -> (HttpResponse, &'static str) {
+) -> (HttpResponse, Outcome) {
     if let Some(answer) = mismatched(&existing, claim) {
         return answer;
     }
@@ -539,9 +550,9 @@ pub(crate) fn answer_existing(
     ) {
         (true, Some(status), Some(body)) => {
             let headers = existing.response_headers.unwrap_or_default();
-            (replay(status, &headers, body), "replayed")
+            (replay(status, &headers, body), Outcome::Replayed)
         }
-        _ => (in_progress(), "in_progress"),
+        _ => (in_progress(), Outcome::InProgress),
     }
 }
 
@@ -646,31 +657,24 @@ fn replay(status: i16, headers: &[u8], body: Vec<u8>) -> HttpResponse {
     response
 }
 
-/// Allow-listed headers as HTTP/1 lines, `name: value\r\n`. Header values never
-/// contain CR or LF, so the encoding is unambiguous and keeps non-UTF-8 bytes.
+/// Allow-listed headers as the store's header block.
 pub(crate) fn encode_headers(headers: &HeaderMap, allowed: &[HeaderName]) -> Vec<u8> {
     let mut out = Vec::new();
     for name in allowed {
         for value in headers.get_all(name) {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            crate::store::push_header_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     out
 }
 
 fn decode_headers(encoded: &[u8]) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
-    encoded
-        .split(|&b| b == b'\n')
-        .filter_map(|line| line.strip_suffix(b"\r"))
-        .filter_map(|line| {
-            let colon = line.iter().position(|&b| b == b':')?;
-            let name = HeaderName::from_bytes(&line[..colon]).ok()?;
-            let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start()).ok()?;
-            Some((name, value))
-        })
+    crate::store::header_lines(encoded).filter_map(|(name, value)| {
+        Some((
+            HeaderName::from_bytes(name).ok()?,
+            HeaderValue::from_bytes(value).ok()?,
+        ))
+    })
 }
 
 #[cfg(test)]

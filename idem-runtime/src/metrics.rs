@@ -44,6 +44,7 @@
 
 use std::future::Future;
 
+use crate::outcome::Outcome;
 use crate::policy::Policy;
 
 /// Counter of requests by `outcome`, with `endpoint` and `handler` labels.
@@ -133,13 +134,13 @@ fn endpoint(policy: &Policy) -> &'static str {
 }
 
 /// Counts a request's outcome.
-pub(crate) fn outcome(policy: &'static Policy, outcome: &'static str) {
+pub(crate) fn outcome(policy: &'static Policy, outcome: Outcome) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(
         REQUESTS_TOTAL,
         "endpoint" => endpoint(policy),
         "handler" => policy.handler(),
-        "outcome" => outcome,
+        "outcome" => outcome.as_str(),
     )
     .increment(1);
     #[cfg(not(feature = "metrics"))]

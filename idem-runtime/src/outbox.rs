@@ -20,10 +20,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::Pool;
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
 
-use crate::Tx;
+use crate::maintenance::{OnPanic, TaskHandle};
 use crate::store::{Backend, DefaultBackend, OutboxRow};
+use crate::tx::Tx;
 
 /// How often a running relay deletes messages delivered longer ago than
 /// [`Relay::keep_delivered`].
@@ -519,7 +519,7 @@ impl<DB: Backend> Relay<DB> {
 }
 
 impl<DB: Backend> Relay<DB> {
-    /// Starts delivering on the current Tokio runtime until [`RelayHandle::stop`] is
+    /// Starts delivering on the current Tokio runtime until [`TaskHandle::stop`] is
     /// called, the handle is dropped, or the pool is closed.
     ///
     /// The handler gets each message by value and returns `Ok(())` once the message is
@@ -551,12 +551,9 @@ impl<DB: Backend> Relay<DB> {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(self.run(handler, stop_rx));
-        RelayHandle {
-            stop: stop_tx,
-            task,
-        }
+        TaskHandle::spawn((), OnPanic::Log("outbox relay panicked"), |stop| {
+            self.run(handler, stop)
+        })
     }
 
     async fn run<H, Fut, E>(self, handler: H, mut stop: watch::Receiver<bool>)
@@ -622,50 +619,16 @@ impl<DB: Backend> fmt::Debug for Relay<DB> {
     }
 }
 
-/// A running relay, from [`Relay::spawn`]. Dropping it stops the relay too.
+/// The running relay of [`Relay::spawn`]: a [`TaskHandle`]. Its
+/// [`stop`](TaskHandle::stop) finishes and marks the message being delivered and gives
+/// the rest of the batch back for the next relay.
 ///
 /// ```no_run
-/// # async fn f(pool: sqlx::PgPool) {
-/// let relay = idem_runtime::Relay::new(pool)
-///     .spawn(|_message: idem_runtime::Message| async { Ok::<_, std::io::Error>(()) });
-/// assert!(!relay.is_finished());
+/// # async fn f(relay: idem_runtime::RelayHandle) {
+/// if relay.is_finished() {
+///     tracing::error!("the outbox relay stopped; messages wait");
+/// }
 /// relay.stop().await;
 /// # }
 /// ```
-#[derive(Debug)]
-pub struct RelayHandle {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl RelayHandle {
-    /// Asks the relay to stop and waits until it has: the message being delivered is
-    /// finished and marked, the rest of its batch is given back for the next relay.
-    ///
-    /// ```no_run
-    /// # async fn f(relay: idem_runtime::RelayHandle) {
-    /// relay.stop().await;
-    /// # }
-    /// ```
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        if let Err(error) = self.task.await
-            && error.is_panic()
-        {
-            tracing::error!("outbox relay panicked");
-        }
-    }
-
-    /// Whether the relay has stopped (after `stop`, or because its pool was closed).
-    ///
-    /// ```no_run
-    /// # async fn f(relay: &idem_runtime::RelayHandle) {
-    /// if relay.is_finished() {
-    ///     tracing::error!("the outbox relay stopped; messages wait");
-    /// }
-    /// # }
-    /// ```
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-}
+pub type RelayHandle = TaskHandle;

@@ -26,6 +26,7 @@ use crate::flow::{
     Prepared, Unbuffered, answer_existing, in_progress, mismatched, storage_unavailable,
 };
 use crate::metrics::timed;
+use crate::outcome::Outcome;
 use crate::problem::ProblemKind;
 use crate::store::{
     AttemptRef, AttemptRow, Backend, DefaultBackend, PhaseRecord, PhasedClaim, StoredResponse,
@@ -217,7 +218,7 @@ impl<DB: Backend> Phases<DB> {
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> Result<T, E>,
     {
         let attempt = &*self.attempt;
-        let mut txn = match DB::begin_phase(&self.idem).await {
+        let mut txn = match DB::begin_phase(self.idem.pool()).await {
             Ok(txn) => txn,
             Err(error) => {
                 return Err(attempt
@@ -669,7 +670,7 @@ impl<DB: Backend> Prepared<DB> {
             .run_phased_inner(scope, lease, handler)
             .instrument(span.clone())
             .await;
-        span.record("outcome", outcome);
+        span.record("outcome", outcome.as_str());
         crate::metrics::outcome(policy, outcome);
         response
     }
@@ -679,7 +680,7 @@ impl<DB: Backend> Prepared<DB> {
         scope: &str,
         lease: Duration,
         handler: F,
-    ) -> (HttpResponse, &'static str)
+    ) -> (HttpResponse, Outcome)
     where
         F: AsyncFnOnce(Phases<DB>) -> HttpResponse,
     {
@@ -694,11 +695,17 @@ impl<DB: Backend> Prepared<DB> {
 
         // The claim commits on its own, before any phase: the lease is what keeps
         // duplicates out from here on, not an open transaction.
-        let mut txn = match timed(self.policy, "begin", DB::begin(&self.idem)).await {
+        let mut txn = match timed(
+            self.policy,
+            "begin",
+            DB::begin(self.idem.pool(), self.idem.opening()),
+        )
+        .await
+        {
             Ok(txn) => txn,
             // SQLite: another request holds the database's write lock past `claim_wait`.
             Err(error) if DB::is_lock_timeout(&error) => return self.busy(&claim),
-            Err(error) => return (storage_unavailable(&error), "storage_error"),
+            Err(error) => return (storage_unavailable(&error), Outcome::StorageError),
         };
         let row = match timed(
             self.policy,
@@ -735,19 +742,21 @@ impl<DB: Backend> Prepared<DB> {
                         row
                     }
                     // Another retry took over first, or the holder renewed its lease.
-                    Ok(None) => return (in_progress(), "in_progress"),
+                    Ok(None) => return (in_progress(), Outcome::InProgress),
                     Err(error) if DB::is_lock_timeout(&error) => {
-                        return (in_progress(), "in_progress");
+                        return (in_progress(), Outcome::InProgress);
                     }
-                    Err(error) => return (storage_unavailable(&error), "storage_error"),
+                    Err(error) => return (storage_unavailable(&error), Outcome::StorageError),
                 }
             }
-            Ok(PhasedClaim::Vanished) => return (in_progress(), "in_progress"),
-            Err(error) if DB::is_lock_timeout(&error) => return (in_progress(), "in_progress"),
-            Err(error) => return (storage_unavailable(&error), "storage_error"),
+            Ok(PhasedClaim::Vanished) => return (in_progress(), Outcome::InProgress),
+            Err(error) if DB::is_lock_timeout(&error) => {
+                return (in_progress(), Outcome::InProgress);
+            }
+            Err(error) => return (storage_unavailable(&error), Outcome::StorageError),
         };
         if let Err(error) = timed(self.policy, "commit", txn.commit()).await {
-            return (storage_unavailable(&error), "storage_error");
+            return (storage_unavailable(&error), Outcome::StorageError);
         }
 
         let attempt = Arc::new(Attempt {
@@ -770,8 +779,8 @@ impl<DB: Backend> Prepared<DB> {
                 self.release(&attempt).await;
             }
             let outcome = match kind {
-                PhaseErrorKind::TakenOver => "taken_over",
-                _ => "phase_failed",
+                PhaseErrorKind::TakenOver => Outcome::TakenOver,
+                _ => Outcome::PhaseFailed,
             };
             return (PhaseError::problem(kind), outcome);
         }
@@ -788,7 +797,7 @@ impl<DB: Backend> Prepared<DB> {
                     "the request failed; the steps it completed are kept and a retry with \
                      the same key resumes after them",
                 );
-                return (response, "panicked");
+                return (response, Outcome::Panicked);
             }
         };
 
@@ -797,7 +806,7 @@ impl<DB: Backend> Prepared<DB> {
         // client's retry resumes at once.
         if self.idem.is_transient(response.status()) {
             self.release(&attempt).await;
-            return (response, "resumable");
+            return (response, Outcome::Resumable);
         }
 
         let (head, body_bytes, outcome) = match self
@@ -807,7 +816,7 @@ impl<DB: Backend> Prepared<DB> {
             )
             .await
         {
-            Ok((head, body)) => (head, body, "executed"),
+            Ok((head, body)) => (head, body, Outcome::Executed),
             // The phases committed and cannot be undone, and every retry would build the
             // same oversized answer and fail again, until the key is stranded. So the
             // problem is recorded as the key's answer: the key completes, and no retry
@@ -820,11 +829,11 @@ impl<DB: Backend> Prepared<DB> {
                 let (head, body) = answer.into_parts();
                 // A problem document is a few hundred bytes, far below any stored limit.
                 let body = actix_web::body::MessageBody::try_into_bytes(body).unwrap_or_default();
-                (head, body, "too_large")
+                (head, body, Outcome::TooLarge)
             }
             Err(Unbuffered::Failed(answer)) => {
                 self.release(&attempt).await;
-                return (answer, "rolled_back");
+                return (answer, Outcome::RolledBack);
             }
         };
         let (status, stored_headers, stored_body) =
@@ -846,14 +855,17 @@ impl<DB: Backend> Prepared<DB> {
                     handler = self.policy.handler(),
                     "a retry took this attempt over before its response was recorded"
                 );
-                (PhaseError::problem(PhaseErrorKind::TakenOver), "taken_over")
+                (
+                    PhaseError::problem(PhaseErrorKind::TakenOver),
+                    Outcome::TakenOver,
+                )
             }
             Err(error) => {
                 tracing::error!(%error, "could not record the response; the phases stay for a retry");
                 self.release(&attempt).await;
                 (
                     PhaseError::problem(PhaseErrorKind::Storage),
-                    "storage_error",
+                    Outcome::StorageError,
                 )
             }
         }

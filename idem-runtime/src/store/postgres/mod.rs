@@ -1,23 +1,17 @@
 //! The PostgreSQL key store: all of idem's SQL for PostgreSQL lives in this module, one
 //! file per concern (the single-transaction claim here, the others beside it).
 
-pub(crate) mod expiry;
+mod maintenance;
 mod outbox;
 mod phased;
 
 use std::time::Duration;
 
-use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::query::QueryAs;
 use sqlx::{PgPool, Postgres, Transaction};
 
-use super::{
-    AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
-    PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
-};
-use crate::Idem;
-use crate::fingerprint::Fingerprint;
+use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, StoredResponse};
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
 /// it to the claim's wait. Both happen inside the prepared claim, before its insert can
@@ -71,8 +65,8 @@ SELECT false, k.expires_at <= now() AND k.state = 'completed', k.request_hash, k
 );
 
 const SELECT_EXISTING: &str = "\
-SELECT false, expires_at <= now() AND state = 'completed', request_hash, method, path, state,
-       response_status, response_headers, response_body, generation
+SELECT false AS claimed, expires_at <= now() AND state = 'completed' AS expired, request_hash,
+       method, path, state, response_status, response_headers, response_body, generation
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2";
 
@@ -108,18 +102,16 @@ UPDATE idem_keys
  WHERE scope = $1 AND idem_key = $2
 RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
 
-type KeyRow = (
-    bool,
-    bool,
-    Option<Vec<u8>>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<i16>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-    i64,
-);
+/// What the claim and [`SELECT_EXISTING`] return.
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    /// This statement inserted the row.
+    claimed: bool,
+    /// Completed and past its retention: a new request may reclaim it.
+    expired: bool,
+    #[sqlx(flatten)]
+    key: KeyColumns,
+}
 
 /// Opens every transaction idem runs a request in, whatever the connection's
 /// `default_transaction_isolation`. The claim relies on READ COMMITTED: a duplicate that
@@ -144,13 +136,14 @@ fn sqlstate_is(error: &sqlx::Error, code: &str) -> bool {
 }
 
 impl Backend for Postgres {
-    /// [`BEGIN`]: the claim itself sets its lock timeout (see `claim_lock_timeout!`).
-    fn begin_sql(_claim_wait: Duration) -> String {
-        BEGIN.to_owned()
-    }
+    /// Nothing: every request opens with [`BEGIN`], and the claim itself sets its lock
+    /// timeout (see `claim_lock_timeout!`).
+    type Opening = ();
 
-    async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        idem.pool().begin_with(BEGIN).await
+    fn opening(_claim_wait: Duration) {}
+
+    async fn begin(pool: &PgPool, (): &()) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        pool.begin_with(BEGIN).await
     }
 
     async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
@@ -159,8 +152,12 @@ impl Backend for Postgres {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if row.0 => return Ok(Claim::Claimed { generation: row.9 }),
-            Some(row) if !row.1 => return Ok(Claim::Existing(existing(row))),
+            Some(row) if row.claimed => {
+                return Ok(Claim::Claimed {
+                    generation: row.key.generation,
+                });
+            }
+            Some(row) if !row.expired => return Ok(Claim::Existing(row.key.into_existing())),
             Some(_) | None => {}
         }
         // The key is expired, or its holder committed while we waited: look again
@@ -175,7 +172,7 @@ impl Backend for Postgres {
                 .fetch_optional(&mut *conn)
                 .await?;
             match row {
-                Some(row) if !row.1 => return Ok(Claim::Existing(existing(row))),
+                Some(row) if !row.expired => return Ok(Claim::Existing(row.key.into_existing())),
                 Some(_) => continue,
                 None => break,
             }
@@ -211,209 +208,6 @@ impl Backend for Postgres {
     fn is_aborted_transaction(error: &sqlx::Error) -> bool {
         sqlstate_is(error, IN_FAILED_SQL_TRANSACTION)
     }
-
-    async fn claim_phased(
-        conn: &mut PgConnection,
-        req: &ClaimRequest<'_>,
-        lease: Duration,
-    ) -> Result<PhasedClaim, sqlx::Error> {
-        phased::claim(conn, req, lease).await
-    }
-
-    async fn take_over(
-        conn: &mut PgConnection,
-        req: &ClaimRequest<'_>,
-        seen: i64,
-        lease: Duration,
-    ) -> Result<Option<AttemptRow>, sqlx::Error> {
-        phased::take_over(conn, req, seen, lease).await
-    }
-
-    async fn begin_phase(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        phased::begin_phase(idem).await
-    }
-
-    async fn record_phase(
-        conn: &mut PgConnection,
-        attempt: &AttemptRef<'_>,
-        phase: &str,
-        output: &str,
-    ) -> Result<PhaseRecord, sqlx::Error> {
-        phased::record_phase(conn, attempt, phase, output).await
-    }
-
-    async fn extend_lease(
-        conn: &mut PgConnection,
-        attempt: &AttemptRef<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        phased::extend_lease(conn, attempt).await
-    }
-
-    async fn release_lease(
-        conn: &mut PgConnection,
-        attempt: &AttemptRef<'_>,
-    ) -> Result<(), sqlx::Error> {
-        phased::release_lease(conn, attempt).await
-    }
-
-    async fn complete_phased(
-        conn: &mut PgConnection,
-        attempt: &AttemptRef<'_>,
-        response: &StoredResponse<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        phased::complete(conn, attempt, response).await
-    }
-
-    async fn enqueue(
-        conn: &mut PgConnection,
-        topic: &str,
-        payload: &str,
-    ) -> Result<String, sqlx::Error> {
-        outbox::enqueue(conn, topic, payload).await
-    }
-
-    async fn take_messages(
-        conn: &mut PgConnection,
-        limit: u32,
-        hold: Duration,
-        holder: i64,
-    ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-        outbox::take(conn, limit, hold, holder).await
-    }
-
-    async fn claim_message(
-        conn: &mut PgConnection,
-        id: &str,
-        holder: i64,
-        hold: Duration,
-    ) -> Result<Option<i32>, sqlx::Error> {
-        outbox::claim(conn, id, holder, hold).await
-    }
-
-    async fn renew_message(
-        conn: &mut PgConnection,
-        id: &str,
-        holder: i64,
-        hold: Duration,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::renew(conn, id, holder, hold).await
-    }
-
-    async fn mark_delivered(
-        conn: &mut PgConnection,
-        id: &str,
-        holder: i64,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::mark_delivered(conn, id, holder).await
-    }
-
-    async fn mark_failed(
-        conn: &mut PgConnection,
-        id: &str,
-        holder: i64,
-        retry_in: Duration,
-        error: &str,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::mark_failed(conn, id, holder, retry_in, error).await
-    }
-
-    async fn release_messages(
-        conn: &mut PgConnection,
-        ids: &[String],
-        holder: i64,
-    ) -> Result<u64, sqlx::Error> {
-        outbox::release(conn, ids, holder).await
-    }
-
-    async fn purge_delivered(
-        conn: &mut PgConnection,
-        age: Duration,
-        limit: u32,
-    ) -> Result<u64, sqlx::Error> {
-        outbox::purge_delivered(conn, age, limit).await
-    }
-
-    fn migrator() -> Migrator {
-        sqlx::migrate!("migrations/postgres")
-    }
-
-    async fn run_migrations(migrator: &Migrator, pool: &PgPool) -> Result<(), MigrateError> {
-        migrator.run(pool).await
-    }
-
-    fn batch_statement(batch_size: u32) -> String {
-        expiry::batch_script(batch_size)
-    }
-
-    async fn delete_batch(pool: &PgPool, statement: &str) -> Result<u64, sqlx::Error> {
-        expiry::delete_batch(pool, statement).await
-    }
-
-    async fn explain_batch(pool: &PgPool, batch_size: u32) -> Result<Vec<String>, sqlx::Error> {
-        expiry::explain_batch(pool, batch_size).await
-    }
-
-    async fn count_deletable(pool: &PgPool) -> Result<u64, sqlx::Error> {
-        expiry::count_deletable(pool).await
-    }
-
-    async fn applied_migrations(
-        pool: &PgPool,
-    ) -> Result<Option<Vec<super::AppliedMigration>>, sqlx::Error> {
-        expiry::applied_migrations(pool).await
-    }
-
-    async fn key_stats(pool: &PgPool) -> Result<crate::KeyStats, sqlx::Error> {
-        expiry::key_stats(pool).await
-    }
-
-    async fn inspect_key(
-        pool: &PgPool,
-        scope: &str,
-        key: &str,
-        preview: usize,
-    ) -> Result<Option<crate::KeyRecord>, sqlx::Error> {
-        expiry::inspect_key(pool, scope, key, preview).await
-    }
-
-    async fn count_stranded(pool: &PgPool) -> Result<(u64, Option<i64>), sqlx::Error> {
-        expiry::count_stranded(pool).await
-    }
-
-    async fn stranded_keys(pool: &PgPool, limit: u32) -> Result<Vec<StrandedRow>, sqlx::Error> {
-        expiry::stranded_keys(pool, limit).await
-    }
-
-    async fn recorded_phases(
-        pool: &PgPool,
-        scope: &str,
-        key: &str,
-    ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
-        expiry::recorded_phases(pool, scope, key).await
-    }
-
-    async fn generation_of(
-        pool: &PgPool,
-        scope: &str,
-        key: &str,
-    ) -> Result<Option<i64>, sqlx::Error> {
-        sqlx::query_scalar("SELECT generation FROM idem_keys WHERE scope = $1 AND idem_key = $2")
-            .bind(scope)
-            .bind(key)
-            .fetch_optional(pool)
-            .await
-    }
-
-    async fn resolve_key(
-        pool: &PgPool,
-        scope: &str,
-        key: &str,
-        generation: i64,
-        response: &StoredResponse<'_>,
-        keep: Duration,
-    ) -> Result<Resolved, sqlx::Error> {
-        expiry::resolve_key(pool, scope, key, generation, response, keep).await
-    }
 }
 
 /// The new generation, if the key was reclaimed.
@@ -444,41 +238,8 @@ fn bind_claim<'q, O>(
     query
         .bind(req.scope)
         .bind(req.key)
-        .bind(req.fingerprint.as_bytes().as_slice())
+        .bind(req.fingerprint.as_slice())
         .bind(req.method)
         .bind(req.path)
         .bind(req.retention)
-}
-
-fn existing(row: KeyRow) -> ExistingKey {
-    let (_, _, hash, method, path, state, status, headers, body, generation) = row;
-    existing_key(
-        hash,
-        method,
-        path,
-        state,
-        (status, headers, body),
-        generation,
-    )
-}
-
-/// A key row's columns as the protocol reads them; shared by both forms' claims.
-fn existing_key(
-    hash: Option<Vec<u8>>,
-    method: Option<String>,
-    path: Option<String>,
-    state: Option<String>,
-    (response_status, response_headers, response_body): super::StoredColumns,
-    generation: i64,
-) -> ExistingKey {
-    ExistingKey {
-        fingerprint: hash.as_deref().and_then(Fingerprint::from_bytes),
-        method: method.unwrap_or_default(),
-        path: path.unwrap_or_default(),
-        completed: state.as_deref() == Some("completed"),
-        response_status,
-        response_headers,
-        response_body,
-        generation,
-    }
 }

@@ -2,6 +2,8 @@
 //! take / claim / renew / mark / release / purge; every write after the take is fenced by
 //! the take's holder token.
 
+use crate::store::OutboxStore;
+use sqlx::Postgres;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnection;
@@ -27,7 +29,7 @@ UPDATE idem_outbox
         ORDER BY available_at, seq
         LIMIT $1
           FOR UPDATE SKIP LOCKED)
-RETURNING id::text, topic, payload::text, seq";
+RETURNING id::text AS id, topic, payload::text AS payload, seq";
 
 /// Starts one delivery, if the take `$2` still holds the message: hides it for `$3` from
 /// now and counts the attempt. Matches nothing once another relay took the message after
@@ -65,125 +67,110 @@ DELETE FROM idem_outbox
                WHERE delivered_at < clock_timestamp() - $1
                LIMIT $2)";
 
-pub(super) async fn enqueue(
-    conn: &mut PgConnection,
-    topic: &str,
-    payload: &str,
-) -> sqlx::Result<String> {
-    sqlx::query_scalar(ENQUEUE)
-        .bind(topic)
-        .bind(payload)
-        .fetch_one(conn)
-        .await
-}
+impl OutboxStore for Postgres {
+    async fn enqueue(conn: &mut PgConnection, topic: &str, payload: &str) -> sqlx::Result<String> {
+        sqlx::query_scalar(ENQUEUE)
+            .bind(topic)
+            .bind(payload)
+            .fetch_one(conn)
+            .await
+    }
 
-pub(super) async fn take(
-    conn: &mut PgConnection,
-    limit: u32,
-    hold: Duration,
-    holder: i64,
-) -> sqlx::Result<Vec<OutboxRow>> {
-    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(TAKE)
-        .bind(i64::from(limit))
-        .bind(hold)
-        .bind(holder)
-        .fetch_all(conn)
-        .await?;
-    let mut messages: Vec<OutboxRow> = rows
-        .into_iter()
-        .map(|(id, topic, payload, seq)| OutboxRow {
-            id,
-            topic,
-            payload,
-            seq,
-        })
-        .collect();
-    // RETURNING has no order; deliver in the order the messages were written.
-    messages.sort_by_key(|message| message.seq);
-    Ok(messages)
-}
+    async fn take_messages(
+        conn: &mut PgConnection,
+        limit: u32,
+        hold: Duration,
+        holder: i64,
+    ) -> sqlx::Result<Vec<OutboxRow>> {
+        let mut messages: Vec<OutboxRow> = sqlx::query_as(TAKE)
+            .bind(i64::from(limit))
+            .bind(hold)
+            .bind(holder)
+            .fetch_all(conn)
+            .await?;
+        // RETURNING has no order; deliver in the order the messages were written.
+        messages.sort_by_key(|message| message.seq);
+        Ok(messages)
+    }
 
-pub(super) async fn claim(
-    conn: &mut PgConnection,
-    id: &str,
-    holder: i64,
-    hold: Duration,
-) -> sqlx::Result<Option<i32>> {
-    sqlx::query_scalar(CLAIM)
-        .bind(id)
-        .bind(holder)
-        .bind(hold)
-        .fetch_optional(conn)
-        .await
-}
+    async fn claim_message(
+        conn: &mut PgConnection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> sqlx::Result<Option<i32>> {
+        sqlx::query_scalar(CLAIM)
+            .bind(id)
+            .bind(holder)
+            .bind(hold)
+            .fetch_optional(conn)
+            .await
+    }
 
-pub(super) async fn renew(
-    conn: &mut PgConnection,
-    id: &str,
-    holder: i64,
-    hold: Duration,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(RENEW)
-        .bind(id)
-        .bind(holder)
-        .bind(hold)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
+    async fn renew_message(
+        conn: &mut PgConnection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query(RENEW)
+            .bind(id)
+            .bind(holder)
+            .bind(hold)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-pub(super) async fn mark_delivered(
-    conn: &mut PgConnection,
-    id: &str,
-    holder: i64,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(MARK_DELIVERED)
-        .bind(id)
-        .bind(holder)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
+    async fn mark_delivered(conn: &mut PgConnection, id: &str, holder: i64) -> sqlx::Result<bool> {
+        let done = sqlx::query(MARK_DELIVERED)
+            .bind(id)
+            .bind(holder)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-pub(super) async fn mark_failed(
-    conn: &mut PgConnection,
-    id: &str,
-    holder: i64,
-    retry_in: Duration,
-    error: &str,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(MARK_FAILED)
-        .bind(id)
-        .bind(holder)
-        .bind(retry_in)
-        .bind(error)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
+    async fn mark_failed(
+        conn: &mut PgConnection,
+        id: &str,
+        holder: i64,
+        retry_in: Duration,
+        error: &str,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query(MARK_FAILED)
+            .bind(id)
+            .bind(holder)
+            .bind(retry_in)
+            .bind(error)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-pub(super) async fn release(
-    conn: &mut PgConnection,
-    ids: &[String],
-    holder: i64,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query(RELEASE)
-        .bind(ids)
-        .bind(holder)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected())
-}
+    async fn release_messages(
+        conn: &mut PgConnection,
+        ids: &[String],
+        holder: i64,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query(RELEASE)
+            .bind(ids)
+            .bind(holder)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
 
-pub(super) async fn purge_delivered(
-    conn: &mut PgConnection,
-    age: Duration,
-    limit: u32,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query(PURGE_DELIVERED)
-        .bind(age)
-        .bind(i64::from(limit))
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected())
+    async fn purge_delivered(
+        conn: &mut PgConnection,
+        age: Duration,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query(PURGE_DELIVERED)
+            .bind(age)
+            .bind(i64::from(limit))
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
 }

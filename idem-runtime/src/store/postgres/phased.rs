@@ -6,13 +6,13 @@
 //! it renews it. All times come from the database's clock, so the application servers'
 //! clocks never meet.
 
+use crate::store::PhaseStore;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnection;
 use sqlx::{Postgres, Transaction};
 
-use super::existing_key;
-use crate::Idem;
+use crate::store::KeyColumns;
 use crate::store::{AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim};
 
 /// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
@@ -143,39 +143,22 @@ RETURNING true";
 #[derive(sqlx::FromRow)]
 struct Row {
     claimed: bool,
-    generation: i64,
     fencing_token: i64,
     expired: bool,
     lease_expired: bool,
-    request_hash: Option<Vec<u8>>,
-    method: Option<String>,
-    path: Option<String>,
-    state: Option<String>,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
+    #[sqlx(flatten)]
+    key: KeyColumns,
 }
 
 impl Row {
     fn into_claim(self) -> PhasedClaim {
         if self.claimed {
-            return PhasedClaim::Claimed(fresh(self.generation, self.fencing_token));
+            return PhasedClaim::Claimed(fresh(self.key.generation, self.fencing_token));
         }
         PhasedClaim::Existing {
             lease_expired: self.lease_expired,
             fencing_token: self.fencing_token,
-            key: existing_key(
-                self.request_hash,
-                self.method,
-                self.path,
-                self.state,
-                (
-                    self.response_status,
-                    self.response_headers,
-                    self.response_body,
-                ),
-                self.generation,
-            ),
+            key: self.key.into_existing(),
         }
     }
 
@@ -194,37 +177,141 @@ fn fresh(generation: i64, fencing_token: i64) -> AttemptRow {
     }
 }
 
-pub(super) async fn claim(
-    conn: &mut PgConnection,
-    req: &ClaimRequest<'_>,
-    lease: Duration,
-) -> sqlx::Result<PhasedClaim> {
-    let row = bind_request(sqlx::query_as::<_, Row>(CLAIM), req, lease)
-        .bind(super::claim_wait_ms(req))
-        .fetch_optional(&mut *conn)
-        .await?;
-    match row {
-        Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
-        Some(_) | None => {}
-    }
-    // Expired, or committed by its holder while we waited: look again with a fresh
-    // snapshot, as the single-transaction claim does.
-    for _ in 0..2 {
-        if let Some(attempt) = reclaim_expired(conn, req, lease).await? {
-            return Ok(PhasedClaim::Claimed(attempt));
-        }
-        let row = sqlx::query_as::<_, Row>(SELECT_EXISTING)
-            .bind(req.scope)
-            .bind(req.key)
+impl PhaseStore for Postgres {
+    async fn claim_phased(
+        conn: &mut PgConnection,
+        req: &ClaimRequest<'_>,
+        lease: Duration,
+    ) -> sqlx::Result<PhasedClaim> {
+        let row = bind_request(sqlx::query_as::<_, Row>(CLAIM), req, lease)
+            .bind(super::claim_wait_ms(req))
             .fetch_optional(&mut *conn)
             .await?;
         match row {
             Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
-            Some(_) => continue,
-            None => break,
+            Some(_) | None => {}
         }
+        // Expired, or committed by its holder while we waited: look again with a fresh
+        // snapshot, as the single-transaction claim does.
+        for _ in 0..2 {
+            if let Some(attempt) = reclaim_expired(conn, req, lease).await? {
+                return Ok(PhasedClaim::Claimed(attempt));
+            }
+            let row = sqlx::query_as::<_, Row>(SELECT_EXISTING)
+                .bind(req.scope)
+                .bind(req.key)
+                .fetch_optional(&mut *conn)
+                .await?;
+            match row {
+                Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        Ok(PhasedClaim::Vanished)
     }
-    Ok(PhasedClaim::Vanished)
+
+    async fn take_over(
+        conn: &mut PgConnection,
+        req: &ClaimRequest<'_>,
+        seen: i64,
+        lease: Duration,
+    ) -> sqlx::Result<Option<AttemptRow>> {
+        let row: Option<(i64, i64, String)> = sqlx::query_as(TAKE_OVER)
+            .bind(req.scope)
+            .bind(req.key)
+            .bind(seen)
+            .bind(lease)
+            .bind(req.retention)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let Some((generation, fencing_token, recovery_point)) = row else {
+            return Ok(None);
+        };
+        let recorded = sqlx::query_as(RECORDED_PHASES)
+            .bind(req.scope)
+            .bind(req.key)
+            .fetch_all(&mut *conn)
+            .await?;
+        // The column reads 'started' until a phase commits; only a recorded phase is a
+        // point to recover from.
+        let recovery_point = if recorded.is_empty() {
+            None
+        } else {
+            Some(recovery_point)
+        };
+        Ok(Some(AttemptRow {
+            generation,
+            fencing_token,
+            recovery_point,
+            recorded,
+        }))
+    }
+
+    async fn begin_phase(pool: &sqlx::PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
+        pool.begin_with(BEGIN_PHASE).await
+    }
+
+    async fn record_phase(
+        conn: &mut PgConnection,
+        attempt: &AttemptRef<'_>,
+        phase: &str,
+        output: &str,
+    ) -> sqlx::Result<PhaseRecord> {
+        let (recorded, in_transaction): (bool, bool) = sqlx::query_as(RECORD_PHASE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .bind(phase)
+            .bind(attempt.lease)
+            .bind(output)
+            .fetch_one(conn)
+            .await?;
+        Ok(match (recorded, in_transaction) {
+            (true, _) => PhaseRecord::Recorded,
+            (false, true) => PhaseRecord::TakenOver,
+            (false, false) => PhaseRecord::TransactionEnded,
+        })
+    }
+
+    async fn extend_lease(conn: &mut PgConnection, attempt: &AttemptRef<'_>) -> sqlx::Result<bool> {
+        let extended: Option<bool> = sqlx::query_scalar(EXTEND_LEASE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .bind(attempt.lease)
+            .fetch_optional(conn)
+            .await?;
+        Ok(extended.is_some())
+    }
+
+    async fn release_lease(conn: &mut PgConnection, attempt: &AttemptRef<'_>) -> sqlx::Result<()> {
+        sqlx::query(RELEASE_LEASE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn complete_phased(
+        conn: &mut PgConnection,
+        attempt: &AttemptRef<'_>,
+        response: &crate::store::StoredResponse<'_>,
+    ) -> sqlx::Result<bool> {
+        let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+        let completed: Option<bool> = sqlx::query_scalar(COMPLETE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .bind(status)
+            .bind(response.headers)
+            .bind(response.body)
+            .fetch_optional(conn)
+            .await?;
+        Ok(completed.is_some())
+    }
 }
 
 async fn reclaim_expired(
@@ -245,114 +332,4 @@ fn bind_request<'q, O>(
     lease: Duration,
 ) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
     super::bind_claim(query, req).bind(lease)
-}
-
-pub(super) async fn take_over(
-    conn: &mut PgConnection,
-    req: &ClaimRequest<'_>,
-    seen: i64,
-    lease: Duration,
-) -> sqlx::Result<Option<AttemptRow>> {
-    let row: Option<(i64, i64, String)> = sqlx::query_as(TAKE_OVER)
-        .bind(req.scope)
-        .bind(req.key)
-        .bind(seen)
-        .bind(lease)
-        .bind(req.retention)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some((generation, fencing_token, recovery_point)) = row else {
-        return Ok(None);
-    };
-    let recorded = sqlx::query_as(RECORDED_PHASES)
-        .bind(req.scope)
-        .bind(req.key)
-        .fetch_all(&mut *conn)
-        .await?;
-    // The column reads 'started' until a phase commits; only a recorded phase is a
-    // point to recover from.
-    let recovery_point = if recorded.is_empty() {
-        None
-    } else {
-        Some(recovery_point)
-    };
-    Ok(Some(AttemptRow {
-        generation,
-        fencing_token,
-        recovery_point,
-        recorded,
-    }))
-}
-
-pub(super) async fn begin_phase(
-    idem: &Idem<Postgres>,
-) -> sqlx::Result<Transaction<'static, Postgres>> {
-    idem.pool().begin_with(BEGIN_PHASE).await
-}
-
-pub(super) async fn record_phase(
-    conn: &mut PgConnection,
-    attempt: &AttemptRef<'_>,
-    phase: &str,
-    output: &str,
-) -> sqlx::Result<PhaseRecord> {
-    let (recorded, in_transaction): (bool, bool) = sqlx::query_as(RECORD_PHASE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .bind(phase)
-        .bind(attempt.lease)
-        .bind(output)
-        .fetch_one(conn)
-        .await?;
-    Ok(match (recorded, in_transaction) {
-        (true, _) => PhaseRecord::Recorded,
-        (false, true) => PhaseRecord::TakenOver,
-        (false, false) => PhaseRecord::TransactionEnded,
-    })
-}
-
-pub(super) async fn extend_lease(
-    conn: &mut PgConnection,
-    attempt: &AttemptRef<'_>,
-) -> sqlx::Result<bool> {
-    let extended: Option<bool> = sqlx::query_scalar(EXTEND_LEASE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .bind(attempt.lease)
-        .fetch_optional(conn)
-        .await?;
-    Ok(extended.is_some())
-}
-
-pub(super) async fn release_lease(
-    conn: &mut PgConnection,
-    attempt: &AttemptRef<'_>,
-) -> sqlx::Result<()> {
-    sqlx::query(RELEASE_LEASE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-pub(super) async fn complete(
-    conn: &mut PgConnection,
-    attempt: &AttemptRef<'_>,
-    response: &crate::store::StoredResponse<'_>,
-) -> sqlx::Result<bool> {
-    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-    let completed: Option<bool> = sqlx::query_scalar(COMPLETE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .bind(status)
-        .bind(response.headers)
-        .bind(response.body)
-        .fetch_optional(conn)
-        .await?;
-    Ok(completed.is_some())
 }

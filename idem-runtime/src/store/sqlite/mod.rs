@@ -17,25 +17,19 @@
 //! Times are INTEGER microseconds since the Unix epoch, read from SQLite's clock
 //! ([`now!`]), which on one machine is the application's clock too.
 
-pub(crate) mod expiry;
+mod maintenance;
 mod outbox;
 mod phased;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::pool::PoolConnection;
 use sqlx::query::QueryAs;
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
 
-use super::{
-    AttemptRef, AttemptRow, Backend, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow,
-    PeekedKey, PhaseRecord, PhasedClaim, Resolved, StoredResponse, StrandedRow,
-};
-use crate::Idem;
-use crate::expiry::{KeyRecord, KeyStats};
-use crate::fingerprint::Fingerprint;
+use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, PeekedKey, StoredResponse};
 
 /// The current time in microseconds since the Unix epoch, as an SQL expression. SQLite
 /// evaluates it once per statement, so every use in one statement agrees.
@@ -114,18 +108,16 @@ UPDATE idem_keys
  WHERE scope = $1 AND idem_key = $2
 RETURNING 1";
 
-type KeyRow = (
-    bool,
-    bool,
-    Vec<u8>,
-    String,
-    String,
-    String,
-    Option<i16>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-    i64,
-);
+/// What [`SELECT_EXISTING`] returns.
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    /// Completed and past its retention: a new request may reclaim it.
+    expired: bool,
+    /// No phased attempt holds its lease.
+    lease_free: bool,
+    #[sqlx(flatten)]
+    key: KeyColumns,
+}
 
 /// `SQLITE_BUSY`, in the low byte of every extended code (`SQLITE_BUSY_SNAPSHOT`, ...):
 /// another connection holds the lock this statement needs.
@@ -164,24 +156,30 @@ impl Drop for Beginning {
 }
 
 impl Backend for Sqlite {
-    /// Sets the busy timeout for the `BEGIN IMMEDIATE` only; [`begin`](Self::begin)
-    /// restores the connection's own afterwards.
-    fn begin_sql(claim_wait: Duration) -> String {
+    /// The script that sets the busy timeout for the `BEGIN IMMEDIATE` only;
+    /// [`begin`](Self::begin) restores the connection's own afterwards.
+    type Opening = Arc<str>;
+
+    fn opening(claim_wait: Duration) -> Arc<str> {
         format!(
             "PRAGMA busy_timeout = {}; BEGIN IMMEDIATE",
             claim_wait.as_millis()
         )
+        .into()
     }
 
-    async fn begin(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        let mut begun = Beginning(Some(idem.pool().acquire().await?));
+    async fn begin(
+        pool: &SqlitePool,
+        opening: &Arc<str>,
+    ) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        let mut begun = Beginning(Some(pool.acquire().await?));
         // The application's busy timeout, restored once the write lock is ours (or was
         // not to be had): its own statements keep waiting as long as it configured.
         let outer: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
             .fetch_one(begun.conn())
             .await?;
         let restore = format!("PRAGMA busy_timeout = {outer}");
-        let began = sqlx::raw_sql(AssertSqlSafe(idem.begin_sql()))
+        let began = sqlx::raw_sql(AssertSqlSafe(Arc::clone(opening)))
             .execute(begun.conn())
             .await;
         if let Err(error) = began {
@@ -217,12 +215,14 @@ impl Backend for Sqlite {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if row.0 && row.1 => match reclaim_expired(conn, req, None).await? {
-                Some((generation, _)) => Ok(Claim::Claimed { generation }),
-                // The write lock is held, so the expired row read above is still there.
-                None => Ok(Claim::Vanished),
-            },
-            Some(row) => Ok(Claim::Existing(existing(row))),
+            Some(row) if row.expired && row.lease_free => {
+                match reclaim_expired(conn, req, None).await? {
+                    Some((generation, _)) => Ok(Claim::Claimed { generation }),
+                    // The write lock is held, so the expired row read above is still there.
+                    None => Ok(Claim::Vanished),
+                }
+            }
+            Some(row) => Ok(Claim::Existing(row.key.into_existing())),
             // The write lock is held: the row that made the insert conflict is still there.
             None => Ok(Claim::Vanished),
         }
@@ -270,18 +270,18 @@ impl Backend for Sqlite {
     /// A plain read on the pool: in WAL mode it proceeds while another connection holds
     /// the write lock, so a replay never queues behind a request for another key.
     async fn peek(
-        idem: &Idem<Self>,
+        pool: &SqlitePool,
         req: &ClaimRequest<'_>,
     ) -> Result<Option<PeekedKey>, sqlx::Error> {
         let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
             .bind(req.scope)
             .bind(req.key)
-            .fetch_optional(idem.pool())
+            .fetch_optional(pool)
             .await?;
         Ok(row.map(|row| PeekedKey {
-            expired: row.0,
-            lease_free: row.1,
-            key: existing(row),
+            expired: row.expired,
+            lease_free: row.lease_free,
+            key: row.key.into_existing(),
         }))
     }
 
@@ -292,209 +292,6 @@ impl Backend for Sqlite {
             || error
                 .as_database_error()
                 .is_some_and(|e| !matches!(e.kind(), sqlx::error::ErrorKind::Other))
-    }
-
-    async fn claim_phased(
-        conn: &mut SqliteConnection,
-        req: &ClaimRequest<'_>,
-        lease: Duration,
-    ) -> Result<PhasedClaim, sqlx::Error> {
-        phased::claim(conn, req, lease).await
-    }
-
-    async fn take_over(
-        conn: &mut SqliteConnection,
-        req: &ClaimRequest<'_>,
-        seen: i64,
-        lease: Duration,
-    ) -> Result<Option<AttemptRow>, sqlx::Error> {
-        phased::take_over(conn, req, seen, lease).await
-    }
-
-    async fn begin_phase(idem: &Idem<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        phased::begin_phase(idem).await
-    }
-
-    async fn record_phase(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-        phase: &str,
-        output: &str,
-    ) -> Result<PhaseRecord, sqlx::Error> {
-        phased::record_phase(conn, attempt, phase, output).await
-    }
-
-    async fn extend_lease(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        phased::extend_lease(conn, attempt).await
-    }
-
-    async fn release_lease(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-    ) -> Result<(), sqlx::Error> {
-        phased::release_lease(conn, attempt).await
-    }
-
-    async fn complete_phased(
-        conn: &mut SqliteConnection,
-        attempt: &AttemptRef<'_>,
-        response: &StoredResponse<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        phased::complete(conn, attempt, response).await
-    }
-
-    async fn enqueue(
-        conn: &mut SqliteConnection,
-        topic: &str,
-        payload: &str,
-    ) -> Result<String, sqlx::Error> {
-        outbox::enqueue(conn, topic, payload).await
-    }
-
-    async fn take_messages(
-        conn: &mut SqliteConnection,
-        limit: u32,
-        hold: Duration,
-        holder: i64,
-    ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-        outbox::take(conn, limit, hold, holder).await
-    }
-
-    async fn claim_message(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-        hold: Duration,
-    ) -> Result<Option<i32>, sqlx::Error> {
-        outbox::claim(conn, id, holder, hold).await
-    }
-
-    async fn renew_message(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-        hold: Duration,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::renew(conn, id, holder, hold).await
-    }
-
-    async fn mark_delivered(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::mark_delivered(conn, id, holder).await
-    }
-
-    async fn mark_failed(
-        conn: &mut SqliteConnection,
-        id: &str,
-        holder: i64,
-        retry_in: Duration,
-        error: &str,
-    ) -> Result<bool, sqlx::Error> {
-        outbox::mark_failed(conn, id, holder, retry_in, error).await
-    }
-
-    async fn release_messages(
-        conn: &mut SqliteConnection,
-        ids: &[String],
-        holder: i64,
-    ) -> Result<u64, sqlx::Error> {
-        outbox::release(conn, ids, holder).await
-    }
-
-    async fn purge_delivered(
-        conn: &mut SqliteConnection,
-        age: Duration,
-        limit: u32,
-    ) -> Result<u64, sqlx::Error> {
-        outbox::purge_delivered(conn, age, limit).await
-    }
-
-    fn migrator() -> Migrator {
-        sqlx::migrate!("migrations/sqlite")
-    }
-
-    async fn run_migrations(migrator: &Migrator, pool: &SqlitePool) -> Result<(), MigrateError> {
-        migrator.run(pool).await
-    }
-
-    fn batch_statement(batch_size: u32) -> String {
-        expiry::batch_statement(batch_size)
-    }
-
-    async fn delete_batch(pool: &SqlitePool, statement: &str) -> Result<u64, sqlx::Error> {
-        expiry::delete_batch(pool, statement).await
-    }
-
-    async fn explain_batch(pool: &SqlitePool, batch_size: u32) -> Result<Vec<String>, sqlx::Error> {
-        expiry::explain_batch(pool, batch_size).await
-    }
-
-    async fn count_deletable(pool: &SqlitePool) -> Result<u64, sqlx::Error> {
-        expiry::count_deletable(pool).await
-    }
-
-    async fn applied_migrations(
-        pool: &SqlitePool,
-    ) -> Result<Option<Vec<super::AppliedMigration>>, sqlx::Error> {
-        expiry::applied_migrations(pool).await
-    }
-
-    async fn key_stats(pool: &SqlitePool) -> Result<KeyStats, sqlx::Error> {
-        expiry::key_stats(pool).await
-    }
-
-    async fn inspect_key(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-        preview: usize,
-    ) -> Result<Option<KeyRecord>, sqlx::Error> {
-        expiry::inspect_key(pool, scope, key, preview).await
-    }
-
-    async fn count_stranded(pool: &SqlitePool) -> Result<(u64, Option<i64>), sqlx::Error> {
-        expiry::count_stranded(pool).await
-    }
-
-    async fn stranded_keys(pool: &SqlitePool, limit: u32) -> Result<Vec<StrandedRow>, sqlx::Error> {
-        expiry::stranded_keys(pool, limit).await
-    }
-
-    async fn recorded_phases(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-    ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
-        expiry::recorded_phases(pool, scope, key).await
-    }
-
-    async fn generation_of(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-    ) -> Result<Option<i64>, sqlx::Error> {
-        sqlx::query_scalar("SELECT generation FROM idem_keys WHERE scope = $1 AND idem_key = $2")
-            .bind(scope)
-            .bind(key)
-            .fetch_optional(pool)
-            .await
-    }
-
-    async fn resolve_key(
-        pool: &SqlitePool,
-        scope: &str,
-        key: &str,
-        generation: i64,
-        response: &StoredResponse<'_>,
-        keep: Duration,
-    ) -> Result<Resolved, sqlx::Error> {
-        expiry::resolve_key(pool, scope, key, generation, response, keep).await
     }
 }
 
@@ -534,41 +331,8 @@ fn bind_claim<'q, O>(
     query
         .bind(req.scope)
         .bind(req.key)
-        .bind(req.fingerprint.as_bytes().as_slice())
+        .bind(req.fingerprint.as_slice())
         .bind(req.method)
         .bind(req.path)
         .bind(micros(req.retention))
-}
-
-fn existing(row: KeyRow) -> ExistingKey {
-    let (_, _, hash, method, path, state, status, headers, body, generation) = row;
-    existing_key(
-        &hash,
-        method,
-        path,
-        &state,
-        (status, headers, body),
-        generation,
-    )
-}
-
-/// A key row's columns as the protocol reads them; shared by both forms' claims.
-fn existing_key(
-    hash: &[u8],
-    method: String,
-    path: String,
-    state: &str,
-    (response_status, response_headers, response_body): super::StoredColumns,
-    generation: i64,
-) -> ExistingKey {
-    ExistingKey {
-        fingerprint: Fingerprint::from_bytes(hash),
-        method,
-        path,
-        completed: state == "completed",
-        response_status,
-        response_headers,
-        response_body,
-        generation,
-    }
 }

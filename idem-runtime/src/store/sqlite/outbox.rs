@@ -5,6 +5,8 @@
 //! Each relay statement is one write in a transaction of its own, and SQLite runs one
 //! writer at a time: two relays never take the same message, with no row locks needed.
 
+use crate::store::OutboxStore;
+use sqlx::Sqlite;
 use std::time::Duration;
 
 use sqlx::sqlite::SqliteConnection;
@@ -97,126 +99,120 @@ const PURGE_DELIVERED: &str = concat!(
                 LIMIT $2)"
 );
 
-pub(super) async fn enqueue(
-    conn: &mut SqliteConnection,
-    topic: &str,
-    payload: &str,
-) -> sqlx::Result<String> {
-    sqlx::query_scalar(ENQUEUE)
-        .bind(topic)
-        .bind(payload)
-        .fetch_one(conn)
-        .await
-}
+impl OutboxStore for Sqlite {
+    async fn enqueue(
+        conn: &mut SqliteConnection,
+        topic: &str,
+        payload: &str,
+    ) -> sqlx::Result<String> {
+        sqlx::query_scalar(ENQUEUE)
+            .bind(topic)
+            .bind(payload)
+            .fetch_one(conn)
+            .await
+    }
 
-pub(super) async fn take(
-    conn: &mut SqliteConnection,
-    limit: u32,
-    hold: Duration,
-    holder: i64,
-) -> sqlx::Result<Vec<OutboxRow>> {
-    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(TAKE)
-        .bind(i64::from(limit))
-        .bind(micros(hold))
-        .bind(holder)
-        .fetch_all(conn)
-        .await?;
-    let mut messages: Vec<OutboxRow> = rows
-        .into_iter()
-        .map(|(id, topic, payload, seq)| OutboxRow {
-            id,
-            topic,
-            payload,
-            seq,
-        })
-        .collect();
-    // RETURNING has no order; deliver in the order the messages were written.
-    messages.sort_by_key(|message| message.seq);
-    Ok(messages)
-}
+    async fn take_messages(
+        conn: &mut SqliteConnection,
+        limit: u32,
+        hold: Duration,
+        holder: i64,
+    ) -> sqlx::Result<Vec<OutboxRow>> {
+        let mut messages: Vec<OutboxRow> = sqlx::query_as(TAKE)
+            .bind(i64::from(limit))
+            .bind(micros(hold))
+            .bind(holder)
+            .fetch_all(conn)
+            .await?;
+        // RETURNING has no order; deliver in the order the messages were written.
+        messages.sort_by_key(|message| message.seq);
+        Ok(messages)
+    }
 
-pub(super) async fn claim(
-    conn: &mut SqliteConnection,
-    id: &str,
-    holder: i64,
-    hold: Duration,
-) -> sqlx::Result<Option<i32>> {
-    sqlx::query_scalar(CLAIM)
-        .bind(id)
-        .bind(holder)
-        .bind(micros(hold))
-        .fetch_optional(conn)
-        .await
-}
+    async fn claim_message(
+        conn: &mut SqliteConnection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> sqlx::Result<Option<i32>> {
+        sqlx::query_scalar(CLAIM)
+            .bind(id)
+            .bind(holder)
+            .bind(micros(hold))
+            .fetch_optional(conn)
+            .await
+    }
 
-pub(super) async fn renew(
-    conn: &mut SqliteConnection,
-    id: &str,
-    holder: i64,
-    hold: Duration,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(RENEW)
-        .bind(id)
-        .bind(holder)
-        .bind(micros(hold))
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
+    async fn renew_message(
+        conn: &mut SqliteConnection,
+        id: &str,
+        holder: i64,
+        hold: Duration,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query(RENEW)
+            .bind(id)
+            .bind(holder)
+            .bind(micros(hold))
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-pub(super) async fn mark_delivered(
-    conn: &mut SqliteConnection,
-    id: &str,
-    holder: i64,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(MARK_DELIVERED)
-        .bind(id)
-        .bind(holder)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
+    async fn mark_delivered(
+        conn: &mut SqliteConnection,
+        id: &str,
+        holder: i64,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query(MARK_DELIVERED)
+            .bind(id)
+            .bind(holder)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-pub(super) async fn mark_failed(
-    conn: &mut SqliteConnection,
-    id: &str,
-    holder: i64,
-    retry_in: Duration,
-    error: &str,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(MARK_FAILED)
-        .bind(id)
-        .bind(holder)
-        .bind(micros(retry_in))
-        .bind(error)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
+    async fn mark_failed(
+        conn: &mut SqliteConnection,
+        id: &str,
+        holder: i64,
+        retry_in: Duration,
+        error: &str,
+    ) -> sqlx::Result<bool> {
+        let done = sqlx::query(MARK_FAILED)
+            .bind(id)
+            .bind(holder)
+            .bind(micros(retry_in))
+            .bind(error)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
-pub(super) async fn release(
-    conn: &mut SqliteConnection,
-    ids: &[String],
-    holder: i64,
-) -> sqlx::Result<u64> {
-    let ids = serde_json::to_string(ids).map_err(|error| sqlx::Error::Encode(Box::new(error)))?;
-    let done = sqlx::query(RELEASE)
-        .bind(ids)
-        .bind(holder)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected())
-}
+    async fn release_messages(
+        conn: &mut SqliteConnection,
+        ids: &[String],
+        holder: i64,
+    ) -> sqlx::Result<u64> {
+        let ids =
+            serde_json::to_string(ids).map_err(|error| sqlx::Error::Encode(Box::new(error)))?;
+        let done = sqlx::query(RELEASE)
+            .bind(ids)
+            .bind(holder)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
 
-pub(super) async fn purge_delivered(
-    conn: &mut SqliteConnection,
-    age: Duration,
-    limit: u32,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query(PURGE_DELIVERED)
-        .bind(micros(age))
-        .bind(i64::from(limit))
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected())
+    async fn purge_delivered(
+        conn: &mut SqliteConnection,
+        age: Duration,
+        limit: u32,
+    ) -> sqlx::Result<u64> {
+        let done = sqlx::query(PURGE_DELIVERED)
+            .bind(micros(age))
+            .bind(i64::from(limit))
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
 }

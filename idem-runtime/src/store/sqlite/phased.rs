@@ -7,13 +7,14 @@
 //! the phase calls another service before writing (which may well write to this very
 //! database, like the example's payment provider).
 
+use crate::store::PhaseStore;
 use std::time::Duration;
 
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Sqlite, Transaction};
 
-use super::{existing_key, micros, next_attempt, now, reclaim_expired};
-use crate::Idem;
+use super::{micros, next_attempt, now, reclaim_expired};
+use crate::store::KeyColumns;
 use crate::store::{
     AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim, StoredResponse,
 };
@@ -121,14 +122,8 @@ struct Row {
     fencing_token: i64,
     expired: bool,
     lease_expired: bool,
-    request_hash: Vec<u8>,
-    method: String,
-    path: String,
-    state: String,
-    response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
-    generation: i64,
+    #[sqlx(flatten)]
+    key: KeyColumns,
 }
 
 fn fresh(generation: i64, fencing_token: i64) -> AttemptRow {
@@ -140,165 +135,160 @@ fn fresh(generation: i64, fencing_token: i64) -> AttemptRow {
     }
 }
 
-pub(super) async fn claim(
-    conn: &mut SqliteConnection,
-    req: &ClaimRequest<'_>,
-    lease: Duration,
-) -> sqlx::Result<PhasedClaim> {
-    let token = next_attempt(&mut *conn).await?;
-    let inserted: Option<(i64, i64)> = super::bind_claim(sqlx::query_as(CLAIM), req)
-        .bind(micros(lease))
-        .bind(token)
-        .fetch_optional(&mut *conn)
-        .await?;
-    if let Some((generation, token)) = inserted {
-        return Ok(PhasedClaim::Claimed(fresh(generation, token)));
-    }
-    let row: Option<Row> = sqlx::query_as(SELECT_EXISTING)
-        .bind(req.scope)
-        .bind(req.key)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(row) = row else {
-        // The write lock is held: the row that made the insert conflict is still there.
-        return Ok(PhasedClaim::Vanished);
-    };
-    if row.expired {
-        // Completed and past its retention: a new request starts over on it.
-        if let Some((generation, token)) = reclaim_expired(conn, req, Some(lease)).await? {
+impl PhaseStore for Sqlite {
+    async fn claim_phased(
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest<'_>,
+        lease: Duration,
+    ) -> sqlx::Result<PhasedClaim> {
+        let token = next_attempt(&mut *conn).await?;
+        let inserted: Option<(i64, i64)> = super::bind_claim(sqlx::query_as(CLAIM), req)
+            .bind(micros(lease))
+            .bind(token)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some((generation, token)) = inserted {
             return Ok(PhasedClaim::Claimed(fresh(generation, token)));
         }
+        let row: Option<Row> = sqlx::query_as(SELECT_EXISTING)
+            .bind(req.scope)
+            .bind(req.key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let Some(row) = row else {
+            // The write lock is held: the row that made the insert conflict is still there.
+            return Ok(PhasedClaim::Vanished);
+        };
+        if row.expired {
+            // Completed and past its retention: a new request starts over on it.
+            if let Some((generation, token)) = reclaim_expired(conn, req, Some(lease)).await? {
+                return Ok(PhasedClaim::Claimed(fresh(generation, token)));
+            }
+        }
+        Ok(PhasedClaim::Existing {
+            lease_expired: row.lease_expired,
+            fencing_token: row.fencing_token,
+            key: row.key.into_existing(),
+        })
     }
-    Ok(PhasedClaim::Existing {
-        lease_expired: row.lease_expired,
-        fencing_token: row.fencing_token,
-        key: existing_key(
-            &row.request_hash,
-            row.method,
-            row.path,
-            &row.state,
-            (row.response_status, row.response_headers, row.response_body),
-            row.generation,
-        ),
-    })
-}
 
-pub(super) async fn take_over(
-    conn: &mut SqliteConnection,
-    req: &ClaimRequest<'_>,
-    seen: i64,
-    lease: Duration,
-) -> sqlx::Result<Option<AttemptRow>> {
-    let token = next_attempt(&mut *conn).await?;
-    let row: Option<(i64, i64, String)> = sqlx::query_as(TAKE_OVER)
-        .bind(req.scope)
-        .bind(req.key)
-        .bind(seen)
-        .bind(token)
-        .bind(micros(lease))
-        .bind(micros(req.retention))
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some((generation, fencing_token, recovery_point)) = row else {
-        return Ok(None);
-    };
-    let recorded: Vec<(String, String)> = sqlx::query_as(RECORDED_PHASES)
-        .bind(req.scope)
-        .bind(req.key)
-        .fetch_all(&mut *conn)
-        .await?;
-    // The column reads 'started' until a phase commits; only a recorded phase is a
-    // point to recover from.
-    let recovery_point = if recorded.is_empty() {
-        None
-    } else {
-        Some(recovery_point)
-    };
-    Ok(Some(AttemptRow {
-        generation,
-        fencing_token,
-        recovery_point,
-        recorded,
-    }))
-}
-
-/// A deferred transaction, so a phase holds the write lock from its first write only.
-pub(super) async fn begin_phase(idem: &Idem<Sqlite>) -> sqlx::Result<Transaction<'static, Sqlite>> {
-    idem.pool().begin().await
-}
-
-pub(super) async fn record_phase(
-    conn: &mut SqliteConnection,
-    attempt: &AttemptRef<'_>,
-    phase: &str,
-    output: &str,
-) -> sqlx::Result<PhaseRecord> {
-    let fenced: Option<(i64,)> = sqlx::query_as(RECORD_PHASE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .bind(phase)
-        .bind(micros(attempt.lease))
-        .fetch_optional(&mut *conn)
-        .await?;
-    if fenced.is_none() {
-        return Ok(PhaseRecord::TakenOver);
+    async fn take_over(
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest<'_>,
+        seen: i64,
+        lease: Duration,
+    ) -> sqlx::Result<Option<AttemptRow>> {
+        let token = next_attempt(&mut *conn).await?;
+        let row: Option<(i64, i64, String)> = sqlx::query_as(TAKE_OVER)
+            .bind(req.scope)
+            .bind(req.key)
+            .bind(seen)
+            .bind(token)
+            .bind(micros(lease))
+            .bind(micros(req.retention))
+            .fetch_optional(&mut *conn)
+            .await?;
+        let Some((generation, fencing_token, recovery_point)) = row else {
+            return Ok(None);
+        };
+        let recorded: Vec<(String, String)> = sqlx::query_as(RECORDED_PHASES)
+            .bind(req.scope)
+            .bind(req.key)
+            .fetch_all(&mut *conn)
+            .await?;
+        // The column reads 'started' until a phase commits; only a recorded phase is a
+        // point to recover from.
+        let recovery_point = if recorded.is_empty() {
+            None
+        } else {
+            Some(recovery_point)
+        };
+        Ok(Some(AttemptRow {
+            generation,
+            fencing_token,
+            recovery_point,
+            recorded,
+        }))
     }
-    sqlx::query(INSERT_PHASE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(phase)
-        .bind(output)
-        .bind(attempt.fencing_token)
-        .execute(&mut *conn)
-        .await?;
-    // Whether the phase's code ended idem's transaction itself cannot be told in SQL on
-    // SQLite; if it did, these statements committed on their own and the phase's COMMIT
-    // fails, which ends the attempt as a storage failure.
-    Ok(PhaseRecord::Recorded)
-}
 
-pub(super) async fn extend_lease(
-    conn: &mut SqliteConnection,
-    attempt: &AttemptRef<'_>,
-) -> sqlx::Result<bool> {
-    let extended: Option<(i64,)> = sqlx::query_as(EXTEND_LEASE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .bind(micros(attempt.lease))
-        .fetch_optional(conn)
-        .await?;
-    Ok(extended.is_some())
-}
+    /// A deferred transaction, so a phase holds the write lock from its first write only.
+    async fn begin_phase(pool: &sqlx::SqlitePool) -> sqlx::Result<Transaction<'static, Sqlite>> {
+        pool.begin().await
+    }
 
-pub(super) async fn release_lease(
-    conn: &mut SqliteConnection,
-    attempt: &AttemptRef<'_>,
-) -> sqlx::Result<()> {
-    sqlx::query(RELEASE_LEASE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
+    async fn record_phase(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+        phase: &str,
+        output: &str,
+    ) -> sqlx::Result<PhaseRecord> {
+        let fenced: Option<(i64,)> = sqlx::query_as(RECORD_PHASE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .bind(phase)
+            .bind(micros(attempt.lease))
+            .fetch_optional(&mut *conn)
+            .await?;
+        if fenced.is_none() {
+            return Ok(PhaseRecord::TakenOver);
+        }
+        sqlx::query(INSERT_PHASE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(phase)
+            .bind(output)
+            .bind(attempt.fencing_token)
+            .execute(&mut *conn)
+            .await?;
+        // Whether the phase's code ended idem's transaction itself cannot be told in SQL on
+        // SQLite; if it did, these statements committed on their own and the phase's COMMIT
+        // fails, which ends the attempt as a storage failure.
+        Ok(PhaseRecord::Recorded)
+    }
 
-pub(super) async fn complete(
-    conn: &mut SqliteConnection,
-    attempt: &AttemptRef<'_>,
-    response: &StoredResponse<'_>,
-) -> sqlx::Result<bool> {
-    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-    let completed: Option<(i64,)> = sqlx::query_as(COMPLETE)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .bind(status)
-        .bind(response.headers)
-        .bind(response.body)
-        .fetch_optional(conn)
-        .await?;
-    Ok(completed.is_some())
+    async fn extend_lease(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+    ) -> sqlx::Result<bool> {
+        let extended: Option<(i64,)> = sqlx::query_as(EXTEND_LEASE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .bind(micros(attempt.lease))
+            .fetch_optional(conn)
+            .await?;
+        Ok(extended.is_some())
+    }
+
+    async fn release_lease(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+    ) -> sqlx::Result<()> {
+        sqlx::query(RELEASE_LEASE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn complete_phased(
+        conn: &mut SqliteConnection,
+        attempt: &AttemptRef<'_>,
+        response: &StoredResponse<'_>,
+    ) -> sqlx::Result<bool> {
+        let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+        let completed: Option<(i64,)> = sqlx::query_as(COMPLETE)
+            .bind(attempt.scope)
+            .bind(attempt.key)
+            .bind(attempt.fencing_token)
+            .bind(status)
+            .bind(response.headers)
+            .bind(response.body)
+            .fetch_optional(conn)
+            .await?;
+        Ok(completed.is_some())
+    }
 }

@@ -12,11 +12,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::FutureExt;
 use sqlx::Pool;
-use sqlx::migrate::Migrator;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
+use super::task::{OnPanic, TaskHandle, stopped};
 use crate::store::{Backend, DefaultBackend};
+
+/// The target of this module's events, as it was before the module moved: filters
+/// and subscribers name it (README, "Expiry and operator tooling").
+const TRACE_TARGET: &str = "idem_runtime::expiry";
 
 /// The expiry task: deletes key rows whose retention has ended, in bounded batches.
 ///
@@ -287,7 +289,7 @@ impl<DB: Backend> Expiry<DB> {
     }
 
     /// Runs [`run`](Self::run) on the current tokio runtime, stopped by the returned
-    /// handle's [`stop`](ExpiryHandle::stop) or when the handle is dropped.
+    /// handle's [`stop`](TaskHandle::stop) or when the handle is dropped.
     ///
     /// While it sleeps between sweeps the task holds no strong reference to its state:
     /// only the handle does, so a dropped handle ends the task at the next wake-up even
@@ -306,12 +308,11 @@ impl<DB: Backend> Expiry<DB> {
     /// ```
     pub fn spawn(self) -> ExpiryHandle<DB> {
         let expiry = Arc::new(self);
-        let (stop, stopped) = oneshot::channel::<()>();
-        // A dropped sender resolves the receiver too: dropping the handle stops the task.
-        let task = tokio::spawn(run_until(Arc::downgrade(&expiry), async move {
-            let _ = stopped.await;
-        }));
-        ExpiryHandle { expiry, stop, task }
+        let weak = Arc::downgrade(&expiry);
+        // A dropped handle ends the stop signal too: dropping the handle stops the task.
+        TaskHandle::spawn(expiry, OnPanic::Resume, |stop| {
+            run_until(weak, stopped(stop))
+        })
     }
 
     /// One sweep, ending early when `stop` completes during a pause.
@@ -336,6 +337,7 @@ impl<DB: Backend> Expiry<DB> {
                     report.duration = started.elapsed();
                     self.update_stats(|stats| stats.failed_sweeps += 1);
                     tracing::warn!(
+                        target: TRACE_TARGET,
                         error = %error,
                         rows_deleted = report.rows_deleted,
                         batches = report.batches,
@@ -393,6 +395,7 @@ impl<DB: Backend> Expiry<DB> {
         // An idle sweep every minute is not news; one that deleted something is.
         if report.rows_deleted > 0 {
             tracing::info!(
+                target: TRACE_TARGET,
                 rows_deleted = report.rows_deleted,
                 batches = report.batches,
                 duration_ms,
@@ -402,6 +405,7 @@ impl<DB: Backend> Expiry<DB> {
             );
         } else {
             tracing::debug!(
+                target: TRACE_TARGET,
                 rows_deleted = 0,
                 batches = 0,
                 duration_ms,
@@ -428,6 +432,7 @@ impl<DB: Backend> Expiry<DB> {
                 crate::metrics::stranded(stranded, oldest_age);
                 if stranded > 0 {
                     tracing::warn!(
+                        target: TRACE_TARGET,
                         stranded,
                         oldest_age_s = oldest_age.map(|age| age.as_secs()),
                         "idem keys in progress past their retention are kept, not deleted: \
@@ -435,7 +440,9 @@ impl<DB: Backend> Expiry<DB> {
                     );
                 }
             }
-            Err(error) => tracing::warn!(%error, "idem expiry: counting stranded keys failed"),
+            Err(error) => {
+                tracing::warn!(target: TRACE_TARGET, %error, "idem expiry: counting stranded keys failed")
+            }
         }
     }
 
@@ -478,27 +485,18 @@ async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<
     }
 }
 
-/// The running expiry task of [`Expiry::spawn`].
-///
-/// Dropping the handle stops the task too, but without waiting for it: call
-/// [`stop`](Self::stop) at shutdown.
+/// The running expiry task of [`Expiry::spawn`]: a [`TaskHandle`] that also reads the
+/// sweep's statistics.
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
-/// let handle = idem_runtime::Expiry::new(pool).spawn();
-/// assert!(!handle.is_finished());
+/// let handle: idem_runtime::ExpiryHandle = idem_runtime::Expiry::new(pool).spawn();
 /// handle.stop().await;
 /// # }
 /// ```
-#[must_use = "the expiry task stops when its handle is dropped"]
-#[derive(Debug)]
-pub struct ExpiryHandle<DB: Backend = DefaultBackend> {
-    expiry: Arc<Expiry<DB>>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
-}
+pub type ExpiryHandle<DB = DefaultBackend> = TaskHandle<Arc<Expiry<DB>>>;
 
-impl<DB: Backend> ExpiryHandle<DB> {
+impl<DB: Backend> TaskHandle<Arc<Expiry<DB>>> {
     /// Totals of the task's sweeps so far; see [`Expiry::stats`].
     ///
     /// ```no_run
@@ -509,40 +507,7 @@ impl<DB: Backend> ExpiryHandle<DB> {
     /// # }
     /// ```
     pub fn stats(&self) -> ExpiryStats {
-        self.expiry.stats()
-    }
-
-    /// Whether the task has ended (stopped, or its pool was closed).
-    ///
-    /// ```no_run
-    /// # async fn check(pool: sqlx::PgPool) {
-    /// let handle = idem_runtime::Expiry::new(pool.clone()).spawn();
-    /// pool.close().await;
-    /// # tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    /// assert!(handle.is_finished());
-    /// # }
-    /// ```
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-
-    /// Stops the task and waits for it to end: at once when it is sleeping, after the
-    /// batch in flight when it is sweeping.
-    ///
-    /// ```no_run
-    /// # async fn shutdown(handle: idem_runtime::ExpiryHandle) {
-    /// handle.stop().await;
-    /// # }
-    /// ```
-    pub async fn stop(self) {
-        let Self { expiry, stop, task } = self;
-        let _ = stop.send(());
-        if let Err(error) = task.await
-            && error.is_panic()
-        {
-            std::panic::resume_unwind(error.into_panic());
-        }
-        drop(expiry);
+        self.state().stats()
     }
 }
 
@@ -652,460 +617,4 @@ pub struct ExpiryStats {
     pub batches: u64,
     /// The last sweep that ran to the end.
     pub last_sweep: Option<SweepReport>,
-}
-
-/// Whether a database holds exactly the idem schema this build ships.
-///
-/// ```no_run
-/// # async fn check(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// match idem_runtime::schema_status(&pool).await? {
-///     idem_runtime::SchemaStatus::Current { .. } => {}
-///     other => eprintln!("{other}"),
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SchemaStatus {
-    /// Every migration of this build is applied, and no other.
-    Current {
-        /// The latest migration applied.
-        version: i64,
-    },
-    /// No history table (`_idem_migrations`): idem's schema was never applied here.
-    Missing,
-    /// Some of this build's migrations are not applied yet: run `idem::migrate`.
-    Behind {
-        /// The latest migration applied, if any.
-        version: Option<i64>,
-        /// The latest migration of this build.
-        expected: i64,
-    },
-    /// The database has migrations this build does not know: a newer idem migrated it.
-    Ahead {
-        /// The latest migration applied.
-        version: i64,
-        /// The latest migration of this build.
-        expected: i64,
-    },
-    /// A migration is recorded as failed part-way.
-    Failed {
-        /// The failed migration.
-        version: i64,
-    },
-    /// A migration was applied from a different text than this build's (checksums differ).
-    Modified {
-        /// The migration whose checksum differs.
-        version: i64,
-    },
-}
-
-impl SchemaStatus {
-    /// Whether the schema is exactly this build's.
-    ///
-    /// ```
-    /// use idem_runtime::SchemaStatus;
-    /// assert!(SchemaStatus::Current { version: 1 }.is_current());
-    /// assert!(!SchemaStatus::Missing.is_current());
-    /// ```
-    pub fn is_current(&self) -> bool {
-        matches!(self, Self::Current { .. })
-    }
-}
-
-impl fmt::Display for SchemaStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Current { version } => write!(f, "idem's schema is current (version {version})"),
-            Self::Missing => write!(
-                f,
-                "idem's schema is not in this database (no `{}` table)",
-                crate::MIGRATIONS_TABLE
-            ),
-            Self::Behind {
-                version: Some(version),
-                expected,
-            } => write!(
-                f,
-                "idem's schema is at version {version}, older than this idem's {expected}"
-            ),
-            Self::Behind {
-                version: None,
-                expected,
-            } => write!(
-                f,
-                "idem's schema has no migration applied; this idem's latest is {expected}"
-            ),
-            Self::Ahead { version, expected } => write!(
-                f,
-                "idem's schema is at version {version}, newer than this idem's {expected}"
-            ),
-            Self::Failed { version } => write!(
-                f,
-                "idem's migration {version} is recorded as failed part-way in `{}`",
-                crate::MIGRATIONS_TABLE
-            ),
-            Self::Modified { version } => write!(
-                f,
-                "idem's migration {version} was applied from a different text than this \
-                 idem's (checksum mismatch)"
-            ),
-        }
-    }
-}
-
-/// Compares idem's migration history in the database (`_idem_migrations`) with the
-/// migrations built into this program.
-///
-/// ```no_run
-/// # async fn check(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-/// let status = idem_runtime::schema_status(&pool).await?;
-/// if !status.is_current() {
-///     return Err(status.to_string().into());
-/// }
-/// # Ok(())
-/// # }
-/// ```
-pub async fn schema_status<DB: Backend>(pool: &Pool<DB>) -> Result<SchemaStatus, sqlx::Error> {
-    let Some(applied) = DB::applied_migrations(pool).await? else {
-        return Ok(SchemaStatus::Missing);
-    };
-    Ok(compare(&crate::migrate::migrator::<DB>(), &applied))
-}
-
-fn compare(built_in: &Migrator, applied: &[(i64, bool, Vec<u8>)]) -> SchemaStatus {
-    let known: Vec<_> = built_in
-        .iter()
-        .filter(|m| m.migration_type.is_up_migration())
-        .collect();
-    let expected = known.iter().map(|m| m.version).max().unwrap_or(0);
-    let version = applied.iter().map(|row| row.0).max();
-    if let Some((failed, ..)) = applied.iter().find(|row| !row.1) {
-        return SchemaStatus::Failed { version: *failed };
-    }
-    if let Some(version) = version
-        && applied
-            .iter()
-            .any(|(v, ..)| !known.iter().any(|m| m.version == *v))
-    {
-        return SchemaStatus::Ahead { version, expected };
-    }
-    for m in &known {
-        match applied.iter().find(|row| row.0 == m.version) {
-            None => return SchemaStatus::Behind { version, expected },
-            Some((v, _, checksum)) if checksum.as_slice() != &*m.checksum => {
-                return SchemaStatus::Modified { version: *v };
-            }
-            Some(_) => {}
-        }
-    }
-    SchemaStatus::Current {
-        version: version.unwrap_or(expected),
-    }
-}
-
-/// Counts of the key table by state and age, the oldest key in progress, and its size on
-/// disk. Scans the whole table: meant for an operator, not for a metrics scrape.
-///
-/// ```no_run
-/// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// let stats = idem_runtime::key_stats(&pool).await?;
-/// for state in &stats.states {
-///     println!("{}: {}", state.state, state.ages.total);
-/// }
-/// println!("{} due for deletion, table {} bytes", stats.deletable, stats.table_bytes);
-/// # Ok(())
-/// # }
-/// ```
-pub async fn key_stats<DB: Backend>(pool: &Pool<DB>) -> Result<KeyStats, sqlx::Error> {
-    DB::key_stats(pool).await
-}
-
-/// What [`key_stats`] found.
-///
-/// ```no_run
-/// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// let stats = idem_runtime::key_stats(&pool).await?;
-/// let index_bytes: u64 = stats.indexes.iter().map(|i| i.bytes).sum();
-/// println!("{} keys, {} in a lease", stats.total(), stats.in_lease);
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KeyStats {
-    /// Keys per state (`started`, `completed`), by age; states without keys are absent.
-    pub states: Vec<StateCount>,
-    /// Keys past their retention and not in a lease: what a sweep now would delete.
-    pub deletable: u64,
-    /// Keys whose lease (`locked_until`) is still running.
-    pub in_lease: u64,
-    /// The oldest key in state `started`, if any.
-    pub oldest_in_progress: Option<InProgressKey>,
-    /// Keys in progress past their retention with no live lease: operations that never
-    /// finished and whose clients have not come back. The sweep never deletes them; see
-    /// [`stranded_keys`](crate::stranded_keys) and [`resolve_key`](crate::resolve_key).
-    pub stranded: u64,
-    /// The oldest of them (by `created_at`), if any.
-    pub oldest_stranded: Option<InProgressKey>,
-    /// The table's heap and TOAST size in bytes (`pg_table_size`), without indexes.
-    pub table_bytes: u64,
-    /// Each index of the table with its size.
-    pub indexes: Vec<IndexSize>,
-}
-
-impl KeyStats {
-    /// All keys, in every state.
-    ///
-    /// ```no_run
-    /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-    /// println!("{} keys", idem_runtime::key_stats(&pool).await?.total());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn total(&self) -> u64 {
-        self.states.iter().map(|s| s.ages.total).sum()
-    }
-}
-
-/// The keys in one state.
-///
-/// ```no_run
-/// # fn show(count: &idem_runtime::StateCount) {
-/// println!("{}: {} in the last hour", count.state, count.ages.last_hour);
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StateCount {
-    /// The state: `started` (in progress) or `completed`.
-    pub state: String,
-    /// How many, by age.
-    pub ages: AgeCounts,
-}
-
-/// Keys counted by age (time since `created_at`); the buckets add up to `total`.
-///
-/// ```no_run
-/// # fn show(ages: &idem_runtime::AgeCounts) {
-/// assert_eq!(ages.total, ages.last_hour + ages.last_day + ages.last_week + ages.older);
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AgeCounts {
-    /// All of them.
-    pub total: u64,
-    /// Created within the last hour.
-    pub last_hour: u64,
-    /// Created 1 to 24 hours ago.
-    pub last_day: u64,
-    /// Created 1 to 7 days ago.
-    pub last_week: u64,
-    /// Created more than 7 days ago.
-    pub older: u64,
-}
-
-/// A key in state `started`.
-///
-/// ```no_run
-/// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// if let Some(key) = idem_runtime::key_stats(&pool).await?.oldest_in_progress {
-///     println!("{}/{} since {:?}", key.scope, key.key, key.created_at);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct InProgressKey {
-    /// The key's scope.
-    pub scope: String,
-    /// The key.
-    pub key: String,
-    /// How far the request got.
-    pub recovery_point: String,
-    /// When the key was claimed.
-    pub created_at: SystemTime,
-    /// End of its lease, if it has one.
-    pub locked_until: Option<SystemTime>,
-}
-
-/// One index of the key table.
-///
-/// ```no_run
-/// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// for index in idem_runtime::key_stats(&pool).await?.indexes {
-///     println!("{}: {} bytes", index.name, index.bytes);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct IndexSize {
-    /// The index's name, e.g. `idem_keys_expires_at`.
-    pub name: String,
-    /// Its size on disk in bytes.
-    pub bytes: u64,
-}
-
-/// How many bytes of a stored body [`inspect_key`] reads.
-///
-/// ```no_run
-/// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// if let Some(record) = idem_runtime::inspect_key(&pool, "1001", "order-7").await? {
-///     assert!(record.response_body_head.len() <= idem_runtime::BODY_PREVIEW_BYTES);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-pub const BODY_PREVIEW_BYTES: usize = 1024;
-
-/// One key's row: its state, the request it was claimed for and the stored response,
-/// with only the first [`BODY_PREVIEW_BYTES`] of the body. `None` when there is no
-/// such key (in progress keys of the single-transaction form are not visible until
-/// their transaction commits).
-///
-/// `key` is the key as stored: the bare form, without the quotes of a Structured Field
-/// string ([`IdempotencyKey::parse`](crate::IdempotencyKey::parse) gives it).
-///
-/// ```no_run
-/// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// if let Some(record) = idem_runtime::inspect_key(&pool, "1001", "8e03978e-40d5").await? {
-///     println!("{} {} -> {:?}", record.method, record.path, record.response_status);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-pub async fn inspect_key<DB: Backend>(
-    pool: &Pool<DB>,
-    scope: &str,
-    key: &str,
-) -> Result<Option<KeyRecord>, sqlx::Error> {
-    DB::inspect_key(pool, scope, key, BODY_PREVIEW_BYTES).await
-}
-
-/// A key row, as [`inspect_key`] reads it.
-///
-/// ```no_run
-/// # fn show(record: &idem_runtime::KeyRecord) {
-/// for (name, value) in &record.response_headers {
-///     println!("{name}: {}", String::from_utf8_lossy(value));
-/// }
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KeyRecord {
-    /// The key's scope.
-    pub scope: String,
-    /// The key.
-    pub key: String,
-    /// `started` (in progress) or `completed`.
-    pub state: String,
-    /// How far the request got.
-    pub recovery_point: String,
-    /// SHA-256 of the request the key was claimed for (method, path, body).
-    pub fingerprint: Vec<u8>,
-    /// Method of that request.
-    pub method: String,
-    /// Path and query of that request.
-    pub path: String,
-    /// When the key was claimed.
-    pub created_at: SystemTime,
-    /// When its retention ends.
-    pub expires_at: SystemTime,
-    /// End of its lease, if it has one.
-    pub locked_until: Option<SystemTime>,
-    /// Stored status, once completed.
-    pub response_status: Option<u16>,
-    /// Stored headers, in order, once completed.
-    pub response_headers: Vec<(String, Vec<u8>)>,
-    /// Length of the stored body, once completed.
-    pub response_body_len: Option<u64>,
-    /// The body's first bytes (at most [`BODY_PREVIEW_BYTES`]).
-    pub response_body_head: Vec<u8>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn applied(rows: &[(i64, bool)]) -> Vec<(i64, bool, Vec<u8>)> {
-        let built_in = crate::migrate::migrator::<DefaultBackend>();
-        rows.iter()
-            .map(|&(version, success)| {
-                let checksum = built_in
-                    .iter()
-                    .find(|m| m.version == version)
-                    .map_or_else(Vec::new, |m| m.checksum.to_vec());
-                (version, success, checksum)
-            })
-            .collect()
-    }
-
-    fn versions() -> Vec<i64> {
-        crate::migrate::migrator::<DefaultBackend>()
-            .iter()
-            .map(|m| m.version)
-            .collect()
-    }
-
-    #[test]
-    fn all_built_in_migrations_applied_is_current() {
-        let all: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
-        let latest = *versions().last().unwrap();
-        assert_eq!(
-            compare(
-                &crate::migrate::migrator::<DefaultBackend>(),
-                &applied(&all)
-            ),
-            SchemaStatus::Current { version: latest }
-        );
-    }
-
-    #[test]
-    fn a_missing_migration_is_behind_and_an_unknown_one_ahead() {
-        let latest = *versions().last().unwrap();
-        assert_eq!(
-            compare(&crate::migrate::migrator::<DefaultBackend>(), &[]),
-            SchemaStatus::Behind {
-                version: None,
-                expected: latest
-            }
-        );
-        let mut rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
-        rows.push((latest + 1, true));
-        assert_eq!(
-            compare(
-                &crate::migrate::migrator::<DefaultBackend>(),
-                &applied(&rows)
-            ),
-            SchemaStatus::Ahead {
-                version: latest + 1,
-                expected: latest
-            }
-        );
-    }
-
-    #[test]
-    fn failed_and_modified_migrations_are_named() {
-        let first = versions()[0];
-        assert_eq!(
-            compare(
-                &crate::migrate::migrator::<DefaultBackend>(),
-                &applied(&[(first, false)])
-            ),
-            SchemaStatus::Failed { version: first }
-        );
-        let rows: Vec<_> = versions().into_iter().map(|v| (v, true)).collect();
-        let mut rows = applied(&rows);
-        rows[0].2 = vec![0; 48];
-        assert_eq!(
-            compare(&crate::migrate::migrator::<DefaultBackend>(), &rows),
-            SchemaStatus::Modified { version: first }
-        );
-    }
 }

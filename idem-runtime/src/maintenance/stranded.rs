@@ -16,6 +16,10 @@ use crate::flow::encode_headers;
 use crate::problem::{PROBLEM_JSON, ProblemKind};
 use crate::store::{Backend, Resolved, StoredResponse, StrandedRow, from_micros};
 
+/// The target of this module's events, as it was before the module moved: filters
+/// and subscribers name it (README, "Expiry and operator tooling").
+const TRACE_TARGET: &str = "idem_runtime::stranded";
+
 /// A key in progress past its retention, with what its operation committed so far.
 ///
 /// ```no_run
@@ -310,7 +314,7 @@ pub async fn resolve_key<DB: Backend>(
 /// # }
 /// ```
 pub async fn resolve_key_with<DB: Backend>(
-    idem: &crate::Idem<DB>,
+    idem: &crate::config::Idem<DB>,
     scope: &str,
     key: &str,
     resolution: &Resolution,
@@ -356,6 +360,7 @@ async fn resolve<DB: Backend>(
     match DB::resolve_key(pool, scope, key, generation, &response, keep).await? {
         Resolved::Done => {
             tracing::info!(
+                target: TRACE_TARGET,
                 scope,
                 key,
                 status = resolution.status,
