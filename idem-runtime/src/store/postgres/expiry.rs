@@ -277,9 +277,11 @@ const COUNT_STRANDED: &str = concat!(
 );
 
 /// How many keys are stranded, and when the oldest was claimed.
-pub(crate) async fn count_stranded(pool: &PgPool) -> sqlx::Result<(u64, Option<i64>)> {
+pub(crate) async fn count_stranded(
+    conn: &mut sqlx::PgConnection,
+) -> sqlx::Result<(u64, Option<i64>)> {
     let (stranded, oldest): (i64, Option<i64>) =
-        sqlx::query_as(COUNT_STRANDED).fetch_one(pool).await?;
+        sqlx::query_as(COUNT_STRANDED).fetch_one(conn).await?;
     Ok((count(stranded), oldest))
 }
 

@@ -19,6 +19,28 @@ use super::{
 use crate::Idem;
 use crate::fingerprint::Fingerprint;
 
+/// Runs `$body`, statements on `$conn`, in a transaction of its own (a savepoint when
+/// `$conn` is in one already). For the statements idem runs outside a request's
+/// transaction (the relay, lease renewals, the expiry task's count): behind a transaction
+/// pooler such as PgBouncer 1.18, sqlx's prepared statement (parsed in one round trip,
+/// executed in the next) only stays on one server connection inside a transaction.
+/// Single statements, so nothing changes but two round trips.
+macro_rules! own_transaction {
+    ($conn:ident, $body:expr) => {{
+        let mut tx = sqlx::Connection::begin(&mut *$conn).await?;
+        let $conn: &mut PgConnection = &mut tx;
+        let out = $body;
+        tx.commit().await?;
+        Ok(out)
+    }};
+}
+
+/// The advisory lock key `idem::migrate` holds while it migrates (per database: advisory
+/// locks are scoped to the current database). "idem_mig" in ASCII, apart from sqlx's keys,
+/// which are derived from the database name, so the application's own `sqlx::migrate!`
+/// does not wait for idem's.
+const MIGRATION_LOCK: i64 = 0x6964_656d_5f6d_6967;
+
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
 /// it to the claim's wait. Both happen inside the prepared claim, before its insert can
 /// wait for another request's row, rather than in a statement of their own after
@@ -246,14 +268,14 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         attempt: &AttemptRef<'_>,
     ) -> Result<bool, sqlx::Error> {
-        phased::extend_lease(conn, attempt).await
+        own_transaction!(conn, phased::extend_lease(conn, attempt).await?)
     }
 
     async fn release_lease(
         conn: &mut PgConnection,
         attempt: &AttemptRef<'_>,
     ) -> Result<(), sqlx::Error> {
-        phased::release_lease(conn, attempt).await
+        own_transaction!(conn, phased::release_lease(conn, attempt).await?)
     }
 
     async fn complete_phased(
@@ -261,7 +283,7 @@ impl Backend for Postgres {
         attempt: &AttemptRef<'_>,
         response: &StoredResponse<'_>,
     ) -> Result<bool, sqlx::Error> {
-        phased::complete(conn, attempt, response).await
+        own_transaction!(conn, phased::complete(conn, attempt, response).await?)
     }
 
     async fn enqueue(
@@ -278,7 +300,7 @@ impl Backend for Postgres {
         hold: Duration,
         holder: i64,
     ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-        outbox::take(conn, limit, hold, holder).await
+        own_transaction!(conn, outbox::take(conn, limit, hold, holder).await?)
     }
 
     async fn claim_message(
@@ -287,7 +309,7 @@ impl Backend for Postgres {
         holder: i64,
         hold: Duration,
     ) -> Result<Option<i32>, sqlx::Error> {
-        outbox::claim(conn, id, holder, hold).await
+        own_transaction!(conn, outbox::claim(conn, id, holder, hold).await?)
     }
 
     async fn renew_message(
@@ -296,7 +318,7 @@ impl Backend for Postgres {
         holder: i64,
         hold: Duration,
     ) -> Result<bool, sqlx::Error> {
-        outbox::renew(conn, id, holder, hold).await
+        own_transaction!(conn, outbox::renew(conn, id, holder, hold).await?)
     }
 
     async fn mark_delivered(
@@ -304,7 +326,7 @@ impl Backend for Postgres {
         id: &str,
         holder: i64,
     ) -> Result<bool, sqlx::Error> {
-        outbox::mark_delivered(conn, id, holder).await
+        own_transaction!(conn, outbox::mark_delivered(conn, id, holder).await?)
     }
 
     async fn mark_failed(
@@ -314,7 +336,7 @@ impl Backend for Postgres {
         retry_in: Duration,
         error: &str,
     ) -> Result<bool, sqlx::Error> {
-        outbox::mark_failed(conn, id, holder, retry_in, error).await
+        own_transaction!(conn, outbox::mark_failed(conn, id, holder, retry_in, error).await?)
     }
 
     async fn release_messages(
@@ -322,7 +344,7 @@ impl Backend for Postgres {
         ids: &[String],
         holder: i64,
     ) -> Result<u64, sqlx::Error> {
-        outbox::release(conn, ids, holder).await
+        own_transaction!(conn, outbox::release(conn, ids, holder).await?)
     }
 
     async fn purge_delivered(
@@ -330,15 +352,35 @@ impl Backend for Postgres {
         age: Duration,
         limit: u32,
     ) -> Result<u64, sqlx::Error> {
-        outbox::purge_delivered(conn, age, limit).await
+        own_transaction!(conn, outbox::purge_delivered(conn, age, limit).await?)
     }
 
     fn migrator() -> Migrator {
-        sqlx::migrate!("migrations/postgres")
+        let mut migrator = sqlx::migrate!("migrations/postgres");
+        // sqlx's own lock is session-level (`pg_advisory_lock` .. `pg_advisory_unlock` in
+        // separate statements): behind a transaction pooler the unlock can reach another
+        // server connection than the lock, which then stays held and blocks the next
+        // instance for good. `run_migrations` takes a transaction-level lock instead.
+        migrator.set_locking(false);
+        migrator
     }
 
     async fn run_migrations(migrator: &Migrator, pool: &PgPool) -> Result<(), MigrateError> {
-        migrator.run(pool).await
+        // One transaction for the whole run: the lock is released by COMMIT or ROLLBACK
+        // (or the server when the connection dies), whichever server connection a pooler
+        // gave us, and no statement of the run lands on another one. Each migration is a
+        // savepoint inside it; none of idem's is `-- no-transaction` (a unit test checks).
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        // `run_direct` is `run` on a connection already held: `run(&mut *tx)` trips over
+        // the higher-ranked `Acquire` bound once the future must be `Send` (sqlx keeps it
+        // public for exactly this).
+        migrator.run_direct(None, &mut *tx, false).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     fn batch_statement(batch_size: u32) -> String {
@@ -377,7 +419,10 @@ impl Backend for Postgres {
     }
 
     async fn count_stranded(pool: &PgPool) -> Result<(u64, Option<i64>), sqlx::Error> {
-        expiry::count_stranded(pool).await
+        let mut tx = pool.begin().await?;
+        let counted = expiry::count_stranded(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(counted)
     }
 
     async fn stranded_keys(pool: &PgPool, limit: u32) -> Result<Vec<StrandedRow>, sqlx::Error> {
@@ -480,5 +525,26 @@ fn existing_key(
         response_headers,
         response_body,
         generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_can_run_inside_the_migration_transaction() {
+        // `run_migrations` applies them all inside one transaction that holds the lock; a
+        // `-- no-transaction` migration (CREATE INDEX CONCURRENTLY, say) cannot run there.
+        let migrator = <Postgres as Backend>::migrator();
+        assert!(migrator.iter().count() > 0);
+        for migration in migrator.iter() {
+            assert!(
+                !migration.no_tx,
+                "migration {} is -- no-transaction: run_migrations needs another design for it",
+                migration.version
+            );
+        }
+        assert!(!migrator.locking, "sqlx's session-level lock must stay off");
     }
 }
