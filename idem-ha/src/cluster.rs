@@ -351,6 +351,10 @@ listen postgres
             .spawn()
             .map_err(|e| format!("cannot start haproxy: {e}"))?;
         self.haproxy = Some(child);
+        // HAProxy counts every server up until its checks say otherwise: give them the
+        // time to take the standby out (two checks half a second apart) before anyone
+        // connects.
+        std::thread::sleep(Duration::from_secs(3));
         let deadline = Instant::now() + START_TIMEOUT;
         while std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, self.proxy_port)).is_err() {
             if Instant::now() > deadline {
@@ -405,9 +409,11 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(stream, "GET /{path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).ok()?;
-    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+    // Read to the end (HTTP/1.0: the server closes): closing early makes Patroni log a
+    // reset connection.
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    std::str::from_utf8(response.get(9..12)?).ok()?.parse().ok()
 }
 
 fn postmaster_pid(data: &Path) -> Option<String> {

@@ -387,15 +387,20 @@ fn print_summary(
             .first_success_sent_after(f.at)
             .map(|t| format!("{:.1}s", t.duration_since(f.at).as_secs_f64()))
             .unwrap_or_else(|| "never".into());
-        let window = stats.counts_between(f.at, f.at + f.rejoined_after + Duration::from_secs(2));
+        let end = f.at + f.rejoined_after + Duration::from_secs(2);
+        let window = stats.counts_between(f.at, end);
+        let (stall, stall_end) = stats.longest_stall(f.at, end);
         println!(
             "  failover {}: killed {}, {} promoted after {:.1}s, killed node back after {:.1}s; \
-             first acknowledged attempt sent after the kill answered after {outage}; {window}",
+             first acknowledged attempt sent after the kill answered after {outage}; \
+             longest stretch without a 201: {:.1}s, ending {:.1}s after the kill; {window}",
             i + 1,
             f.killed,
             f.promoted,
             f.promoted_after.as_secs_f64(),
             f.rejoined_after.as_secs_f64(),
+            stall.as_secs_f64(),
+            stall_end.duration_since(f.at).as_secs_f64(),
         );
     }
     println!(

@@ -89,6 +89,29 @@ impl Stats {
         format!("answers until 2s after the rejoin: {}", Self::counts(&within))
     }
 
+    /// The longest time between two consecutive 2xx answers from `from` to `to` (a
+    /// stretch in which no operation completed), and when it ended.
+    pub(crate) fn longest_stall(&self, from: Instant, to: Instant) -> (Duration, Instant) {
+        let attempts = self.attempts.lock().unwrap();
+        let mut ok: Vec<Instant> = attempts
+            .iter()
+            .filter(|&&(_, answered, status)| {
+                (200..300).contains(&status) && answered >= from && answered <= to
+            })
+            .map(|&(_, answered, _)| answered)
+            .collect();
+        ok.sort();
+        let mut previous = from;
+        let mut longest = (Duration::ZERO, from);
+        for at in ok.into_iter().chain(std::iter::once(to)) {
+            if at.duration_since(previous) > longest.0 {
+                longest = (at.duration_since(previous), at);
+            }
+            previous = at;
+        }
+        longest
+    }
+
     /// When the first 2xx answered an attempt sent after `at`.
     pub(crate) fn first_success_sent_after(&self, at: Instant) -> Option<Instant> {
         let attempts = self.attempts.lock().unwrap();
