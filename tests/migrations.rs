@@ -167,7 +167,10 @@ where
 async fn eight_instances_run_idem_migrate_at_once() {
     let db = TestDb::new().await;
     // Through the pooler when there is one: idem's lock is transaction-level.
-    eight_at_once(&db, Route::Pooled, |pool| async move { idem::migrate(&pool).await }).await;
+    eight_at_once(&db, Route::Pooled, |pool| async move {
+        idem::migrate(&pool).await
+    })
+    .await;
     let pool = db.direct_pool(1).await;
     assert!(!versions(&pool, "_idem_migrations").await.is_empty());
     assert!(Postgres::table_exists(&pool, "idem_keys").await);
@@ -178,7 +181,12 @@ async fn eight_instances_of_the_example_migrate_at_once() {
     let db = TestDb::new().await;
     // Direct connections: the example's own `sqlx::migrate!` takes sqlx's session-level
     // lock, which a transaction pooler (ha/pgbouncer.sh) cannot keep on one connection.
-    eight_at_once(&db, Route::Direct, |pool| async move { app::setup(&pool).await }).await;
+    eight_at_once(
+        &db,
+        Route::Direct,
+        |pool| async move { app::setup(&pool).await },
+    )
+    .await;
     assert_both_applied(&db.direct_pool(1).await).await;
 }
 

@@ -81,7 +81,11 @@ impl Ha {
             }
         }
         // As root, Patroni (and so PostgreSQL, which refuses root) runs as `postgres`.
-        let owner = if euid_is_root() { postgres_ids()? } else { (0, 0) };
+        let owner = if euid_is_root() {
+            postgres_ids()?
+        } else {
+            (0, 0)
+        };
         let dir = std::env::temp_dir().join(format!("idem-ha-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -375,7 +379,10 @@ listen postgres
         for node in &self.nodes {
             out.push_str(&format!("--- {}:\n{}\n", node.name, tail(&node.log)));
         }
-        out.push_str(&format!("--- haproxy:\n{}\n", tail(&self.dir.join("haproxy.log"))));
+        out.push_str(&format!(
+            "--- haproxy:\n{}\n",
+            tail(&self.dir.join("haproxy.log"))
+        ));
         out
     }
 }

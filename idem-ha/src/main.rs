@@ -122,7 +122,8 @@ async fn run(args: Args) -> Result<bool, String> {
     // The fault driver blocks (process control and polling): a thread of its own.
     let failovers = args.failovers;
     let steady = Duration::from_secs(args.steady);
-    let driver = tokio::task::spawn_blocking(move || drive_faults(ha, failovers, steady, replication));
+    let driver =
+        tokio::task::spawn_blocking(move || drive_faults(ha, failovers, steady, replication));
     let (ha, faults) = driver.await.map_err(|e| e.to_string())?;
     let acked = run.stop().await;
     let faults = match faults {
@@ -216,7 +217,11 @@ impl Report {
         let mut out = Vec::new();
         let mut add = |what: &str, list: &[String]| {
             if !list.is_empty() {
-                out.push(format!("{} {what}: {:?}", list.len(), &list[..list.len().min(5)]));
+                out.push(format!(
+                    "{} {what}: {:?}",
+                    list.len(),
+                    &list[..list.len().min(5)]
+                ));
             }
         };
         if replication == Replication::Sync {
@@ -225,7 +230,10 @@ impl Report {
         }
         add("operations executed twice", &self.duplicated);
         add("replays that failed", &self.replay_failed);
-        add("payments without exactly one receipt", &self.receipts_missing);
+        add(
+            "payments without exactly one receipt",
+            &self.receipts_missing,
+        );
         if let Some(e) = &self.expiry_error {
             out.push(format!("expiry sweep after the failovers failed: {e}"));
         } else if self.expired.0 < self.expired.1 {
@@ -238,11 +246,7 @@ impl Report {
     }
 }
 
-async fn check(
-    ha: &Ha,
-    services: &workload::Services,
-    acked: &[Acked],
-) -> Result<Report, String> {
+async fn check(ha: &Ha, services: &workload::Services, acked: &[Acked]) -> Result<Report, String> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(30))
@@ -257,8 +261,10 @@ async fn check(
             .fetch_all(&pool)
             .await
             .map_err(|e| e.to_string())?;
-    let orders: HashMap<String, (i64, i64)> =
-        orders.into_iter().map(|(item, n, id)| (item, (n, id))).collect();
+    let orders: HashMap<String, (i64, i64)> = orders
+        .into_iter()
+        .map(|(item, n, id)| (item, (n, id)))
+        .collect();
     let payments: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
         "SELECT account_id, amount_cents, count(*), min(id) FROM payments \
          GROUP BY account_id, amount_cents",

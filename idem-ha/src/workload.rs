@@ -86,7 +86,10 @@ impl Stats {
             .copied()
             .filter(|&(_, answered, _)| answered >= from && answered <= to)
             .collect();
-        format!("answers until 2s after the rejoin: {}", Self::counts(&within))
+        format!(
+            "answers until 2s after the rejoin: {}",
+            Self::counts(&within)
+        )
     }
 
     /// The longest time between two consecutive 2xx answers from `from` to `to` (a
@@ -286,7 +289,11 @@ impl Run {
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         n += 1;
-                        let kind = if n % 4 == 0 { Kind::Payment } else { Kind::Order };
+                        let kind = if n.is_multiple_of(4) {
+                            Kind::Payment
+                        } else {
+                            Kind::Order
+                        };
                         let key = format!("op-{account}-{n}");
                         let amount = n as i64 + 1;
                         let body = match kind {
@@ -299,7 +306,8 @@ impl Run {
                         }
                         .to_string();
                         let instance = (c + n as usize) % addrs.len();
-                        let result = send(&client, &addrs[instance], kind, account, &key, &body).await;
+                        let result =
+                            send(&client, &addrs[instance], kind, account, &key, &body).await;
                         let response = match result {
                             Ok(r) if r.status().as_u16() == 201 => r,
                             _ => {

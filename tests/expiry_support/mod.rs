@@ -146,11 +146,7 @@ macro_rules! keys_backend {
                 (db, pool)
             }
 
-            async fn direct(
-                db: &$test_db,
-                pool: &Pool<Self>,
-                max_connections: u32,
-            ) -> Pool<Self> {
+            async fn direct(db: &$test_db, pool: &Pool<Self>, max_connections: u32) -> Pool<Self> {
                 DirectPool::direct(db, pool, max_connections).await
             }
 

@@ -336,7 +336,10 @@ impl Backend for Postgres {
         retry_in: Duration,
         error: &str,
     ) -> Result<bool, sqlx::Error> {
-        own_transaction!(conn, outbox::mark_failed(conn, id, holder, retry_in, error).await?)
+        own_transaction!(
+            conn,
+            outbox::mark_failed(conn, id, holder, retry_in, error).await?
+        )
     }
 
     async fn release_messages(
@@ -420,7 +423,7 @@ impl Backend for Postgres {
 
     async fn count_stranded(pool: &PgPool) -> Result<(u64, Option<i64>), sqlx::Error> {
         let mut tx = pool.begin().await?;
-        let counted = expiry::count_stranded(&mut *tx).await?;
+        let counted = expiry::count_stranded(&mut tx).await?;
         tx.commit().await?;
         Ok(counted)
     }
