@@ -16,7 +16,7 @@ async fn batches<DB: KeysBackend>(
 ) -> (idem::SweepReport, Vec<u64>) {
     let mut sizes = Vec::new();
     let mut deleted_before = 0;
-    let report = Expiry::new(keys.pool.clone())
+    let report = Expiry::new(keys.served_pool.clone())
         .batch_size(batch_size)
         .pause(Duration::ZERO)
         .sweep_once_with(|so_far| {
@@ -62,7 +62,7 @@ async fn a_sweep_pauses_between_batches<DB: KeysBackend>() {
     let keys = Keys::<DB>::open(2).await;
     keys.insert("due", 50, -60, Lease::None).await;
     let pause = Duration::from_millis(100);
-    let report = Expiry::new(keys.pool.clone())
+    let report = Expiry::new(keys.served_pool.clone())
         .batch_size(10)
         .pause(pause)
         .sweep_once()

@@ -17,6 +17,13 @@
 //!   directory, port and start-up time printed on stderr.
 //!
 //! Fault tests that stop and restart the database use a [`PgCluster`] of their own instead.
+//!
+//! With `IDEM_TESTKIT_POOLER_URL` set as well (a connection pooler such as PgBouncer in
+//! front of the `DATABASE_URL` server, forwarding every database name), [`TestDb::url`] and
+//! [`TestDb::pool`] go through the pooler, with sqlx's statement cache off, while
+//! [`TestDb::direct_url`] and [`TestDb::direct_pool`] still reach the server itself (for
+//! what must not run through a transaction pooler, such as the application's own
+//! migrations). `ha/pgbouncer.sh` sets both.
 
 use std::fmt;
 use std::fs;
@@ -57,6 +64,8 @@ pub struct TestDb {
     url: String,
     /// URL of the maintenance database of the same server, used for `DROP DATABASE`.
     admin_url: String,
+    /// URL of the database this value owns through `IDEM_TESTKIT_POOLER_URL`, when set.
+    pooled_url: Option<String>,
 }
 
 impl fmt::Debug for TestDb {
@@ -64,6 +73,7 @@ impl fmt::Debug for TestDb {
         f.debug_struct("TestDb")
             .field("name", &self.name)
             .field("url", &redact(&self.url))
+            .field("pooled_url", &self.pooled_url.as_deref().map(redact))
             .finish()
     }
 }
@@ -112,35 +122,68 @@ impl TestDb {
         let _ = conn.close().await;
 
         let url = with_database(&admin_url, &name);
+        let pooled_url = match std::env::var("IDEM_TESTKIT_POOLER_URL") {
+            // A transaction pooler hands each transaction a server connection of its own:
+            // statements sqlx prepared and cached on one are not there on the next.
+            Ok(pooler) if !pooler.trim().is_empty() => Some(with_param(
+                &with_database(pooler.trim(), &name),
+                "statement-cache-capacity=0",
+            )),
+            _ => None,
+        };
         TestDb {
             name,
             url,
             admin_url,
+            pooled_url,
         }
     }
 
     /// Connection URL of the fresh database (postgres://...), usable by child processes too.
+    ///
+    /// Through the pooler when `IDEM_TESTKIT_POOLER_URL` is set.
     pub fn url(&self) -> &str {
+        self.pooled_url.as_deref().unwrap_or(&self.url)
+    }
+
+    /// Connection URL of the fresh database on the server itself, never through a pooler.
+    pub fn direct_url(&self) -> &str {
         &self.url
+    }
+
+    /// Whether [`url`](Self::url) and [`pool`](Self::pool) go through a pooler
+    /// (`IDEM_TESTKIT_POOLER_URL`).
+    pub fn is_pooled(&self) -> bool {
+        self.pooled_url.is_some()
     }
 
     /// A new pool (sqlx::PgPool) to this database with `max_connections` connections.
     ///
-    /// The pool is bound to the tokio runtime it is used on; make one per runtime.
-    /// Panics when the database cannot be reached.
+    /// Through the pooler when `IDEM_TESTKIT_POOLER_URL` is set. The pool is bound to the
+    /// tokio runtime it is used on; make one per runtime. Panics when the database cannot
+    /// be reached.
     pub async fn pool(&self, max_connections: u32) -> PgPool {
-        PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(CONNECT_TIMEOUT)
-            .connect(&self.url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "idem-testkit: cannot connect to test database {}: {e}",
-                    redact(&self.url)
-                )
-            })
+        connect_pool(self.url(), max_connections).await
     }
+
+    /// Like [`pool`](Self::pool), but to the server itself, never through a pooler.
+    pub async fn direct_pool(&self, max_connections: u32) -> PgPool {
+        connect_pool(&self.url, max_connections).await
+    }
+}
+
+async fn connect_pool(url: &str, max_connections: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect(url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "idem-testkit: cannot connect to test database {}: {e}",
+                redact(url)
+            )
+        })
 }
 
 impl Drop for TestDb {
@@ -245,6 +288,12 @@ fn with_database(url: &str, database: &str) -> String {
     } else {
         format!("{base}/{database}?{}", params.join("&"))
     }
+}
+
+/// The URL with the query parameter `param` (`name=value`) added.
+fn with_param(url: &str, param: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{param}")
 }
 
 /// The URL with its password (if any) replaced by `***`, for messages.

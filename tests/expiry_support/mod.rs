@@ -11,7 +11,32 @@ use sqlx::{Pool, Postgres, Sqlite};
 pub(crate) struct Keys<DB: KeysBackend = Postgres> {
     /// Kept so the database outlives the test.
     pub(crate) db: DB::Db,
+    /// For the test's own statements: never through a pooler.
     pub(crate) pool: Pool<DB>,
+    /// The one the expiry under test gets: through the pooler when there is one
+    /// (ha/pgbouncer.sh).
+    pub(crate) served_pool: Pool<DB>,
+}
+
+/// A pool that bypasses the pooler, for the databases that can have one.
+trait DirectPool<DB: sqlx::Database> {
+    async fn direct(&self, pool: &Pool<DB>, max_connections: u32) -> Pool<DB>;
+}
+
+impl DirectPool<Postgres> for TestDb {
+    async fn direct(&self, pool: &Pool<Postgres>, max_connections: u32) -> Pool<Postgres> {
+        if self.is_pooled() {
+            self.direct_pool(max_connections).await
+        } else {
+            pool.clone()
+        }
+    }
+}
+
+impl DirectPool<Sqlite> for TestSqlite {
+    async fn direct(&self, pool: &Pool<Sqlite>, _max_connections: u32) -> Pool<Sqlite> {
+        pool.clone()
+    }
 }
 
 /// Whether a row's key is in progress, and how its lease stands.
@@ -34,9 +59,17 @@ impl Keys {
 impl<DB: KeysBackend> Keys<DB> {
     /// On a fresh database of `DB`.
     pub(crate) async fn open(max_connections: u32) -> Self {
-        let (db, pool) = DB::open(max_connections).await;
-        idem::migrate(&pool).await.expect("idem's migrations");
-        Self { db, pool }
+        let (db, served_pool) = DB::open(max_connections).await;
+        // idem's migrations through the pooler too: their lock is transaction-level.
+        idem::migrate(&served_pool)
+            .await
+            .expect("idem's migrations");
+        let pool = DB::direct(&db, &served_pool, max_connections).await;
+        Self {
+            db,
+            pool,
+            served_pool,
+        }
     }
 
     /// Inserts `n` keys `<prefix>-1` .. `<prefix>-n` in scope `scope-<i % 7>`, whose
@@ -78,6 +111,13 @@ pub(crate) trait KeysBackend: idem::Backend {
 
     fn open(max_connections: u32) -> impl Future<Output = (Self::Db, Pool<Self>)>;
 
+    /// `pool`, or one to the same database that bypasses the pooler `pool` goes through.
+    fn direct(
+        db: &Self::Db,
+        pool: &Pool<Self>,
+        max_connections: u32,
+    ) -> impl Future<Output = Pool<Self>>;
+
     fn insert(
         pool: &Pool<Self>,
         prefix: &str,
@@ -104,6 +144,10 @@ macro_rules! keys_backend {
                 let db = $open;
                 let pool = db.pool(max_connections).await;
                 (db, pool)
+            }
+
+            async fn direct(db: &$test_db, pool: &Pool<Self>, max_connections: u32) -> Pool<Self> {
+                DirectPool::direct(db, pool, max_connections).await
             }
 
             async fn insert(

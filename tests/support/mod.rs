@@ -77,6 +77,12 @@ pub(crate) trait TestBackend: app::Store {
     /// The database's URL, for a child process.
     fn url(db: &Self::Db) -> String;
 
+    /// The pool the migrations and the tests' own reads use: `pool`, or a direct one when
+    /// `pool` goes through a transaction pooler (ha/pgbouncer.sh), where the application's
+    /// `sqlx::migrate!` (a session-level lock) and statements outside a transaction (sqlx
+    /// prepares in one round trip and executes in the next) cannot run.
+    fn direct_pool(db: &Self::Db, pool: &Pool<Self>) -> impl Future<Output = Pool<Self>>;
+
     /// The text column `sql` returns, row by row.
     fn texts(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Vec<String>>;
 
@@ -104,7 +110,7 @@ pub(crate) trait TestBackend: app::Store {
 /// Implements [`TestBackend`]: the same statements on both databases, but for how a
 /// retention is read from the two timestamps and how a lease is compared with now.
 macro_rules! test_backend {
-    ($db:ty, $test_db:ty, $open:expr, $retention:literal, $leased:literal, $past:literal) => {
+    ($db:ty, $test_db:ty, $open:expr, $direct_pool:path, $retention:literal, $leased:literal, $past:literal) => {
         impl TestBackend for $db {
             type Db = $test_db;
 
@@ -116,6 +122,10 @@ macro_rules! test_backend {
 
             fn url(db: &$test_db) -> String {
                 db.url().to_owned()
+            }
+
+            async fn direct_pool(db: &$test_db, pool: &Pool<Self>) -> Pool<Self> {
+                $direct_pool(db, pool).await
             }
 
             async fn texts(pool: &Pool<Self>, sql: &str) -> Vec<String> {
@@ -188,6 +198,7 @@ test_backend!(
     Postgres,
     TestDb,
     TestDb::new().await,
+    direct_pool_when_pooled,
     "extract(epoch FROM expires_at - created_at)::int8",
     "coalesce(locked_until > clock_timestamp(), false)",
     "now() - interval '1 second'"
@@ -196,16 +207,32 @@ test_backend!(
     Sqlite,
     TestSqlite,
     TestSqlite::new(),
+    same_pool,
     "(expires_at - created_at) / 1000000",
     "coalesce(locked_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0)",
     "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 1000000"
 );
 
+async fn direct_pool_when_pooled(db: &TestDb, pool: &Pool<Postgres>) -> Pool<Postgres> {
+    if db.is_pooled() {
+        db.direct_pool(POOL_SIZE).await
+    } else {
+        pool.clone()
+    }
+}
+
+async fn same_pool(_db: &TestSqlite, pool: &Pool<Sqlite>) -> Pool<Sqlite> {
+    pool.clone()
+}
+
 /// A fresh database with idem's and the example's migrations applied.
 pub(crate) struct Env<DB: TestBackend = Postgres> {
     /// Kept so the database outlives the test (it is dropped with the value).
     pub(crate) db: DB::Db,
+    /// For the test's own reads and writes: never through a pooler.
     pub(crate) pool: Pool<DB>,
+    /// The one idem and the application get: through the pooler when there is one.
+    pub(crate) served_pool: Pool<DB>,
 }
 
 impl Env {
@@ -218,16 +245,21 @@ impl Env {
 impl<DB: TestBackend> Env<DB> {
     /// A fresh database of `DB`.
     pub(crate) async fn open() -> Self {
-        let (db, pool) = DB::open().await;
+        let (db, served_pool) = DB::open().await;
+        let pool = DB::direct_pool(&db, &served_pool).await;
         app::setup(&pool)
             .await
             .expect("migrations apply to a fresh database");
-        Self { db, pool }
+        Self {
+            db,
+            pool,
+            served_pool,
+        }
     }
 
     /// idem with its defaults, on this database.
     pub(crate) fn idem(&self) -> idem::Idem<DB> {
-        idem::Idem::new(self.pool.clone())
+        idem::Idem::new(self.served_pool.clone())
     }
 
     /// Rows in the example's `orders` table.

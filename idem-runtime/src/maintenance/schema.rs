@@ -16,8 +16,11 @@ use crate::store::{Backend, MIGRATIONS_TABLE, migrator};
 /// idem records its migrations in `_idem_migrations`, apart from the application's
 /// `_sqlx_migrations`, so the application's own `sqlx::migrate!` never sees versions it
 /// does not know. Safe to call at every startup: applied migrations are skipped. On
-/// PostgreSQL an advisory lock lets one instance migrate while the others wait; on SQLite
-/// (one machine) start one process's migration at a time.
+/// PostgreSQL the whole run is one transaction holding a transaction-level advisory lock,
+/// so one instance migrates while the others wait, also through a connection pooler in
+/// transaction mode such as PgBouncer (the application's own `sqlx::migrate!` takes a
+/// session-level lock: run that one over a direct connection). On SQLite (one machine)
+/// start one process's migration at a time.
 ///
 /// ```no_run
 /// # async fn start() -> Result<(), Box<dyn std::error::Error>> {

@@ -40,11 +40,31 @@ macro_rules! stranded {
 
 impl MaintenanceStore for Postgres {
     fn migrator() -> Migrator {
-        sqlx::migrate!("migrations/postgres")
+        let mut migrator = sqlx::migrate!("migrations/postgres");
+        // sqlx's own lock is session-level (`pg_advisory_lock` .. `pg_advisory_unlock` in
+        // separate statements): behind a transaction pooler the unlock can reach another
+        // server connection than the lock, which then stays held and blocks the next
+        // instance for good. `run_migrations` takes a transaction-level lock instead.
+        migrator.set_locking(false);
+        migrator
     }
 
     async fn run_migrations(migrator: &Migrator, pool: &Pool<Self>) -> Result<(), MigrateError> {
-        migrator.run(pool).await
+        // One transaction for the whole run: the lock is released by COMMIT or ROLLBACK
+        // (or the server when the connection dies), whichever server connection a pooler
+        // gave us, and no statement of the run lands on another one. Each migration is a
+        // savepoint inside it; none of idem's is `-- no-transaction` (a unit test checks).
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(super::MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        // `run_direct` is `run` on a connection already held: `run(&mut *tx)` trips over
+        // the higher-ranked `Acquire` bound once the future must be `Send` (sqlx keeps it
+        // public for exactly this).
+        migrator.run_direct(None, &mut *tx, false).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn generation_of(
@@ -177,8 +197,13 @@ impl MaintenanceStore for Postgres {
 
     /// How many keys are stranded, and when the oldest was claimed.
     async fn count_stranded(pool: &PgPool) -> sqlx::Result<(u64, Option<i64>)> {
+        // In a transaction of its own, like the relay's statements: the expiry task runs
+        // it outside any request, and a transaction pooler keeps a prepared statement on
+        // one server connection only inside a transaction.
+        let mut tx = pool.begin().await?;
         let (stranded, oldest): (i64, Option<i64>) =
-            sqlx::query_as(COUNT_STRANDED).fetch_one(pool).await?;
+            sqlx::query_as(COUNT_STRANDED).fetch_one(&mut *tx).await?;
+        tx.commit().await?;
         Ok((count(stranded), oldest))
     }
 
@@ -374,5 +399,21 @@ mod tests {
         assert!(sql.contains("LIMIT 250"), "{sql}");
         assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
         assert!(!sql.contains("ctid"), "{sql}");
+    }
+
+    #[test]
+    fn every_migration_can_run_inside_the_migration_transaction() {
+        // `run_migrations` applies them all inside one transaction that holds the lock; a
+        // `-- no-transaction` migration (CREATE INDEX CONCURRENTLY, say) cannot run there.
+        let migrator = <Postgres as MaintenanceStore>::migrator();
+        assert!(migrator.iter().count() > 0);
+        for migration in migrator.iter() {
+            assert!(
+                !migration.no_tx,
+                "migration {} is -- no-transaction: run_migrations needs another design for it",
+                migration.version
+            );
+        }
+        assert!(!migrator.locking, "sqlx's session-level lock must stay off");
     }
 }

@@ -32,6 +32,32 @@ macro_rules! claim_lock_timeout {
 }
 pub(super) use claim_lock_timeout;
 
+/// Runs `$body`, statements on `$conn`, in a transaction of its own (a savepoint when
+/// `$conn` is in one already). For the statements idem runs outside a request's
+/// transaction (the relay, lease renewals, the phased completion, the expiry task's
+/// count): behind a transaction pooler such as PgBouncer 1.18, sqlx's prepared statement
+/// (parsed in one round trip, executed in the next) only stays on one server connection
+/// inside a transaction. Single statements, so nothing changes but two round trips.
+macro_rules! own_transaction {
+    ($conn:ident, $body:expr) => {{
+        let mut tx = sqlx::Connection::begin(&mut *$conn).await?;
+        let $conn: &mut PgConnection = &mut tx;
+        // `?` on the body's own result: an error returns before COMMIT, and dropping the
+        // transaction rolls it back.
+        let out: sqlx::Result<_> = $body;
+        let out = out?;
+        tx.commit().await?;
+        Ok(out)
+    }};
+}
+pub(super) use own_transaction;
+
+/// The advisory lock key `idem::migrate` holds while it migrates (per database: advisory
+/// locks are scoped to the current database). "idem_mig" in ASCII, apart from sqlx's keys,
+/// which are derived from the database name, so the application's own `sqlx::migrate!`
+/// does not wait for idem's.
+pub(super) const MIGRATION_LOCK: i64 = 0x6964_656d_5f6d_6967;
+
 /// Inserts the key, or returns the row that holds it. `DO NOTHING` (rather than
 /// `DO UPDATE`) takes no row lock on an existing key, so concurrent replays of one key
 /// do not queue behind each other. When the insert wins, its RETURNING clause restores

@@ -2,6 +2,7 @@
 //! take / claim / renew / mark / release / purge; every write after the take is fenced by
 //! the take's holder token.
 
+use super::own_transaction;
 use crate::store::OutboxStore;
 use sqlx::Postgres;
 use std::time::Duration;
@@ -82,15 +83,17 @@ impl OutboxStore for Postgres {
         hold: Duration,
         holder: i64,
     ) -> sqlx::Result<Vec<OutboxRow>> {
-        let mut messages: Vec<OutboxRow> = sqlx::query_as(TAKE)
-            .bind(i64::from(limit))
-            .bind(hold)
-            .bind(holder)
-            .fetch_all(conn)
-            .await?;
-        // RETURNING has no order; deliver in the order the messages were written.
-        messages.sort_by_key(|message| message.seq);
-        Ok(messages)
+        own_transaction!(conn, {
+            let mut messages: Vec<OutboxRow> = sqlx::query_as(TAKE)
+                .bind(i64::from(limit))
+                .bind(hold)
+                .bind(holder)
+                .fetch_all(conn)
+                .await?;
+            // RETURNING has no order; deliver in the order the messages were written.
+            messages.sort_by_key(|message| message.seq);
+            Ok(messages)
+        })
     }
 
     async fn claim_message(
@@ -99,12 +102,14 @@ impl OutboxStore for Postgres {
         holder: i64,
         hold: Duration,
     ) -> sqlx::Result<Option<i32>> {
-        sqlx::query_scalar(CLAIM)
-            .bind(id)
-            .bind(holder)
-            .bind(hold)
-            .fetch_optional(conn)
-            .await
+        own_transaction!(conn, {
+            sqlx::query_scalar(CLAIM)
+                .bind(id)
+                .bind(holder)
+                .bind(hold)
+                .fetch_optional(conn)
+                .await
+        })
     }
 
     async fn renew_message(
@@ -113,22 +118,26 @@ impl OutboxStore for Postgres {
         holder: i64,
         hold: Duration,
     ) -> sqlx::Result<bool> {
-        let done = sqlx::query(RENEW)
-            .bind(id)
-            .bind(holder)
-            .bind(hold)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        own_transaction!(conn, {
+            let done = sqlx::query(RENEW)
+                .bind(id)
+                .bind(holder)
+                .bind(hold)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        })
     }
 
     async fn mark_delivered(conn: &mut PgConnection, id: &str, holder: i64) -> sqlx::Result<bool> {
-        let done = sqlx::query(MARK_DELIVERED)
-            .bind(id)
-            .bind(holder)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        own_transaction!(conn, {
+            let done = sqlx::query(MARK_DELIVERED)
+                .bind(id)
+                .bind(holder)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        })
     }
 
     async fn mark_failed(
@@ -138,14 +147,16 @@ impl OutboxStore for Postgres {
         retry_in: Duration,
         error: &str,
     ) -> sqlx::Result<bool> {
-        let done = sqlx::query(MARK_FAILED)
-            .bind(id)
-            .bind(holder)
-            .bind(retry_in)
-            .bind(error)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        own_transaction!(conn, {
+            let done = sqlx::query(MARK_FAILED)
+                .bind(id)
+                .bind(holder)
+                .bind(retry_in)
+                .bind(error)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        })
     }
 
     async fn release_messages(
@@ -153,12 +164,14 @@ impl OutboxStore for Postgres {
         ids: &[String],
         holder: i64,
     ) -> sqlx::Result<u64> {
-        let done = sqlx::query(RELEASE)
-            .bind(ids)
-            .bind(holder)
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected())
+        own_transaction!(conn, {
+            let done = sqlx::query(RELEASE)
+                .bind(ids)
+                .bind(holder)
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected())
+        })
     }
 
     async fn purge_delivered(
@@ -166,11 +179,13 @@ impl OutboxStore for Postgres {
         age: Duration,
         limit: u32,
     ) -> sqlx::Result<u64> {
-        let done = sqlx::query(PURGE_DELIVERED)
-            .bind(age)
-            .bind(i64::from(limit))
-            .execute(conn)
-            .await?;
-        Ok(done.rows_affected())
+        own_transaction!(conn, {
+            let done = sqlx::query(PURGE_DELIVERED)
+                .bind(age)
+                .bind(i64::from(limit))
+                .execute(conn)
+                .await?;
+            Ok(done.rows_affected())
+        })
     }
 }

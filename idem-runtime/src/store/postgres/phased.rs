@@ -6,6 +6,7 @@
 //! it renews it. All times come from the database's clock, so the application servers'
 //! clocks never meet.
 
+use super::own_transaction;
 use crate::store::PhaseStore;
 use std::time::Duration;
 
@@ -275,24 +276,28 @@ impl PhaseStore for Postgres {
     }
 
     async fn extend_lease(conn: &mut PgConnection, attempt: &AttemptRef<'_>) -> sqlx::Result<bool> {
-        let extended: Option<bool> = sqlx::query_scalar(EXTEND_LEASE)
-            .bind(attempt.scope)
-            .bind(attempt.key)
-            .bind(attempt.fencing_token)
-            .bind(attempt.lease)
-            .fetch_optional(conn)
-            .await?;
-        Ok(extended.is_some())
+        own_transaction!(conn, {
+            let extended: Option<bool> = sqlx::query_scalar(EXTEND_LEASE)
+                .bind(attempt.scope)
+                .bind(attempt.key)
+                .bind(attempt.fencing_token)
+                .bind(attempt.lease)
+                .fetch_optional(conn)
+                .await?;
+            Ok(extended.is_some())
+        })
     }
 
     async fn release_lease(conn: &mut PgConnection, attempt: &AttemptRef<'_>) -> sqlx::Result<()> {
-        sqlx::query(RELEASE_LEASE)
-            .bind(attempt.scope)
-            .bind(attempt.key)
-            .bind(attempt.fencing_token)
-            .execute(conn)
-            .await?;
-        Ok(())
+        own_transaction!(conn, {
+            sqlx::query(RELEASE_LEASE)
+                .bind(attempt.scope)
+                .bind(attempt.key)
+                .bind(attempt.fencing_token)
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
     }
 
     async fn complete_phased(
@@ -300,17 +305,19 @@ impl PhaseStore for Postgres {
         attempt: &AttemptRef<'_>,
         response: &crate::store::StoredResponse<'_>,
     ) -> sqlx::Result<bool> {
-        let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-        let completed: Option<bool> = sqlx::query_scalar(COMPLETE)
-            .bind(attempt.scope)
-            .bind(attempt.key)
-            .bind(attempt.fencing_token)
-            .bind(status)
-            .bind(response.headers)
-            .bind(response.body)
-            .fetch_optional(conn)
-            .await?;
-        Ok(completed.is_some())
+        own_transaction!(conn, {
+            let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+            let completed: Option<bool> = sqlx::query_scalar(COMPLETE)
+                .bind(attempt.scope)
+                .bind(attempt.key)
+                .bind(attempt.fencing_token)
+                .bind(status)
+                .bind(response.headers)
+                .bind(response.body)
+                .fetch_optional(conn)
+                .await?;
+            Ok(completed.is_some())
+        })
     }
 }
 
