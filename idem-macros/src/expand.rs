@@ -24,6 +24,21 @@ fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
+/// The crate path with every token spanned at `span`, so that a call spanned at the
+/// user's type is wholly the user's: its error is reported at that type alone, not from
+/// the attribute to the type. The path resolves the same from there (it is absolute, or
+/// written by the user).
+fn krate_at(krate: &syn::Path, span: Span) -> TokenStream {
+    krate
+        .to_token_stream()
+        .into_iter()
+        .map(|mut token| {
+            token.set_span(span);
+            token
+        })
+        .collect()
+}
+
 /// The signature actix-web sees: request and raw payload, so idem can read the body once
 /// and replay it to each of the user's extractors.
 fn outer_signature(krate: &syn::Path, shell: &Shell) -> TokenStream {
@@ -110,8 +125,9 @@ impl ToTokens for Model {
             let arg = format_ident!("__idem_arg{}", index, span = Span::mixed_site());
             let ty = &param.ty;
             // Spanned at the parameter's type, so "not an extractor" points there.
+            let at_ty = krate_at(krate, ty.span());
             let extract = quote_spanned! {ty.span()=>
-                #krate::__private::extract::<#ty>(#prepared.request(), &mut #body).await
+                #at_ty::__private::extract::<#ty>(#prepared.request(), &mut #body).await
             };
             extractions.push(quote! {
                 let #arg: #ty = match #extract {
@@ -121,7 +137,7 @@ impl ToTokens for Model {
             });
             if index == self.scope.index {
                 scope_value = Some(quote_spanned! {ty.span()=>
-                    #krate::__private::scope_key::<#ty>(&#arg)
+                    #at_ty::__private::scope_key::<#ty>(&#arg)
                 });
             }
             call_args.push(quote!(#arg));
@@ -134,8 +150,9 @@ impl ToTokens for Model {
         };
         let value = local("__idem_value");
         let value_at_return = Ident::new("__idem_value", ret_span.resolved_at(Span::mixed_site()));
+        let at_ret = krate_at(krate, ret_span);
         let respond = quote_spanned! {ret_span=>
-            #krate::__private::respond(#value_at_return, &#request)
+            #at_ret::__private::respond(#value_at_return, &#request)
         };
         let run = match lease_ms {
             None => quote! {

@@ -1,5 +1,5 @@
 // `#[routes]` registers every method attribute below it: the GET among them is refused.
-use actix_web::{get, post, routes};
+use actix_web::routes;
 
 #[idem::idempotent(scope = account)]
 #[routes]
