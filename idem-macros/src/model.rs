@@ -98,7 +98,9 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
     let scope = scope(&args, &func, &mut errors);
     // `None` when the retention is unreadable, so the lease is not compared with it.
     let retention = match &args.retention {
-        Arg::Given(lit) => validate::retention(lit).map_err(|error| errors.push(error)).ok(),
+        Arg::Given(lit) => validate::retention(lit)
+            .map_err(|error| errors.push(error))
+            .ok(),
         Arg::Absent => Some(validate::MIN_RETENTION),
         Arg::Unreadable => None,
     };
@@ -236,7 +238,10 @@ fn params(func: &ItemFn, errors: &mut Errors) -> Params {
             let ty = borrowed.type_name();
             errors.push(syn::Error::new_spanned(
                 &arg.ty,
-                format!("take `idem::{ty}` by value: write `{}: idem::{ty}`", named.name),
+                format!(
+                    "take `idem::{ty}` by value: write `{}: idem::{ty}`",
+                    named.name
+                ),
             ));
             // Still the phased form's parameter, for the checks of `lease`.
             if borrowed == Role::Phases && params.phases.is_none() {

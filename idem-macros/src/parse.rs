@@ -87,7 +87,11 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         };
         let stored = match name.to_string().as_str() {
             "scope" => set(&mut args.scope, name, scope(&pair.value)),
-            "retention" => set(&mut args.retention, name, duration(name, &pair.value, "24h")),
+            "retention" => set(
+                &mut args.retention,
+                name,
+                duration(name, &pair.value, "24h"),
+            ),
             "lease" => set(&mut args.lease, name, duration(name, &pair.value, "30s")),
             "crate" => set(&mut args.krate, name, crate_path(&pair.value)),
             _ => Err(unknown(&pair.path)),

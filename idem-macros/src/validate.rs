@@ -84,7 +84,10 @@ pub(crate) fn retention(lit: &LitStr) -> syn::Result<Duration> {
 
 /// `retention` is what was read from the attribute (`None` when it was unreadable, so
 /// the comparison is skipped), with its literal if one was written.
-pub(crate) fn lease(lit: &LitStr, retention: Option<(Duration, Option<&LitStr>)>) -> syn::Result<Duration> {
+pub(crate) fn lease(
+    lit: &LitStr,
+    retention: Option<(Duration, Option<&LitStr>)>,
+) -> syn::Result<Duration> {
     let text = lit.value();
     let value = humantime::parse_duration(&text).map_err(|error| {
         syn::Error::new(
