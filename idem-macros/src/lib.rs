@@ -3,8 +3,9 @@
 //!
 //! The work happens in stages, one module each: `parse` reads the attribute's arguments
 //! keeping every span, `syntax` reads what the handler's own syntax says (route
-//! attributes, parameter roles), `model` checks both and resolves every fact into a
-//! model (collecting all errors in `errors`), and `expand` turns the model into tokens.
+//! attributes, parameter roles), `validate` holds the rules for values (durations, safe
+//! methods), `model` checks everything and resolves every fact into a model (collecting
+//! all errors in `errors`), and `expand` turns the model into tokens.
 
 use proc_macro::TokenStream;
 use quote::ToTokens;
