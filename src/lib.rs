@@ -109,12 +109,16 @@
 //! | argument | required | meaning |
 //! |---|---|---|
 //! | `scope = <parameter>` | yes | the handler parameter that identifies the caller; its type implements [`ScopeKey`] |
-//! | `retention = "<duration>"` | no (`"24h"`) | how long keys are kept and replayed (`"36h"`, `"7d"`); at least 24 hours |
+//! | `retention = "<duration>"` | no (`"24h"`) | how long keys are kept and replayed (`"36h"`, `"7d"`); at least 24 hours, at most `"100000y"` |
 //! | `lease = "<duration>"` | with a [`Phases`] parameter, and only then | how long an attempt holds the key before a retry may take it over (`"30s"`); at least 1 s, at most the retention |
+//! | `crate = <path>` | no (`::idem`) | the path the generated code reaches idem by: a renamed dependency (`crate = keys`) or a re-export (`crate = platform::keys`) |
 //!
 //! Every mistake is a compile error at the token to change: an unknown argument, a
-//! scope that names no parameter, a retention under 24 hours, a lease without phases,
-//! both a `Tx` and a `Phases` parameter, a `GET` route.
+//! scope that names no parameter, a retention under 24 hours or over `"100000y"` (the
+//! expiry time must fit in the databases' timestamps), a lease without phases, both a
+//! `Tx` and a `Phases` parameter, a second `#[idempotent]`, and a route attribute below
+//! `#[idempotent]` for a safe method (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `QUERY`),
+//! alone or among the methods of one handler.
 //!
 //! # Moving from a hand-written implementation
 //!

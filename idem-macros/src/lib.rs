@@ -1,15 +1,21 @@
 //! The `#[idempotent]` attribute of [idem](https://docs.rs/idem). Use it through the
 //! `idem` crate, which also provides the runtime the generated code calls.
 //!
-//! The work happens in three small stages: `parse` reads the attribute's arguments
-//! keeping every span, `model` checks them against the handler and builds a checked
-//! model, and `expand` turns the model into code.
+//! The work happens in stages, one module each: `parse` reads the attribute's arguments
+//! keeping every span, `syntax` reads what the handler's own syntax says (route
+//! attributes, parameter roles), `validate` holds the rules for values (durations, safe
+//! methods), `model` checks everything and resolves every fact into a model (collecting
+//! all errors in `errors`), and `expand` turns the model into tokens.
 
 use proc_macro::TokenStream;
+use quote::ToTokens;
 
+mod errors;
 mod expand;
 mod model;
 mod parse;
+mod syntax;
+mod validate;
 
 /// Makes an actix-web handler idempotent: see the `idem` crate for the guide.
 ///
@@ -23,11 +29,13 @@ mod parse;
 /// Arguments:
 /// - `scope = <parameter>` (required): the parameter that identifies the caller; its
 ///   type implements `idem::ScopeKey`.
-/// - `retention = "<duration>"` (default `"24h"`, at least 24 hours): how long a key
-///   is kept and replayed, e.g. `"36h"`, `"7d"`.
+/// - `retention = "<duration>"` (default `"24h"`, at least 24 hours, at most
+///   `"100000y"`): how long a key is kept and replayed, e.g. `"36h"`, `"7d"`.
 /// - `lease = "<duration>"` (the phased form; required with an `idem::Phases`
 ///   parameter, refused without one; 1 second to the retention): how long an attempt
 ///   holds the key before a retry may take it over, e.g. `"30s"`.
+/// - `crate = <path>` (default `::idem`): the path the generated code reaches idem by,
+///   for a renamed dependency or a re-export, e.g. `crate = my_idem`.
 ///
 /// The phased form:
 ///
@@ -42,5 +50,18 @@ mod parse;
 /// ```
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
-    expand::idempotent(args.into(), item.into()).into()
+    let item = proc_macro2::TokenStream::from(item);
+    // Anything but a function is emitted untouched beside the error, so editors keep
+    // working on it.
+    let Ok(func) = syn::parse2::<syn::ItemFn>(item.clone()) else {
+        let error = syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "`#[idempotent]` goes on an `async fn` request handler",
+        )
+        .into_compile_error();
+        return quote::quote!(#item #error).into();
+    };
+    let mut errors = errors::Errors::default();
+    let args = parse::parse(args.into(), &mut errors);
+    model::check(args, func, errors).into_token_stream().into()
 }

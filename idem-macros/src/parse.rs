@@ -1,4 +1,5 @@
-//! Reads `#[idempotent(..)]` arguments, keeping each value's span.
+//! Reads `#[idempotent(..)]` arguments, keeping each value's span. Nothing here looks at
+//! the handler: `model` checks the arguments against it.
 
 use proc_macro2::{Span, TokenStream};
 use syn::parse::Parser;
@@ -6,28 +7,48 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token};
 
+use crate::errors::Errors;
+
 /// The valid argument names, as listed in error messages.
-const KEYS: &str = "`scope`, `retention` or `lease`";
+const KEYS: &str = "`scope`, `retention`, `lease` or `crate`";
+
+/// One argument as the list left it.
+pub(crate) enum Arg<T> {
+    /// Not written.
+    Absent,
+    /// Written but unreadable, or the whole list was: the error is reported already, so
+    /// the argument is neither checked nor called missing.
+    Unreadable,
+    /// Written and read.
+    Given(T),
+}
+
+impl<T> Arg<T> {
+    pub(crate) fn given(&self) -> Option<&T> {
+        match self {
+            Self::Given(value) => Some(value),
+            Self::Absent | Self::Unreadable => None,
+        }
+    }
+}
 
 /// The arguments as written; not yet checked against the handler.
 pub(crate) struct Args {
-    /// `scope = <ident>`.
-    pub(crate) scope: Option<Ident>,
+    /// `scope = <parameter>`.
+    pub(crate) scope: Arg<Ident>,
     /// `retention = "<duration>"`.
-    pub(crate) retention: Option<LitStr>,
+    pub(crate) retention: Arg<LitStr>,
     /// `lease = "<duration>"`: the phased form.
-    pub(crate) lease: Option<LitStr>,
-    /// Whether `lease` was written at all, even with an unreadable value: then a missing
-    /// lease is not reported on top.
-    pub(crate) lease_written: bool,
-    /// Span of the whole argument list, for "missing argument" errors.
+    pub(crate) lease: Arg<LitStr>,
+    /// `crate = <path>`: where the generated code finds idem, for a renamed dependency
+    /// or a re-export.
+    pub(crate) krate: Arg<syn::Path>,
+    /// The whole argument list, for "missing argument" errors.
     pub(crate) span: Span,
-    /// False when the list could not be read at all, so what is absent is unknown.
-    pub(crate) readable: bool,
 }
 
-/// Parses the attribute arguments. Errors go to `errors` and the arguments that could
-/// be read are still returned, so the handler is checked against them too.
+/// Parses the attribute arguments. Errors go to `errors`, and what could be read is
+/// still returned, so the handler is checked against it too.
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
     let span = if tokens.is_empty() {
         Span::call_site()
@@ -35,18 +56,20 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         tokens.span()
     };
     let mut args = Args {
-        scope: None,
-        retention: None,
-        lease: None,
-        lease_written: false,
+        scope: Arg::Absent,
+        retention: Arg::Absent,
+        lease: Arg::Absent,
+        krate: Arg::Absent,
         span,
-        readable: true,
     };
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
         Ok(metas) => metas,
         Err(error) => {
             errors.push(error);
-            args.readable = false;
+            args.scope = Arg::Unreadable;
+            args.retention = Arg::Unreadable;
+            args.lease = Arg::Unreadable;
+            args.krate = Arg::Unreadable;
             return args;
         }
     };
@@ -62,88 +85,96 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             errors.push(unknown(&pair.path));
             continue;
         };
-        match name.to_string().as_str() {
-            "scope" => match parameter_name(&pair.value) {
-                Some(ident) => set_once(&mut args.scope, ident, name, errors),
-                None => errors.push(syn::Error::new_spanned(
-                    &pair.value,
-                    "`scope` takes the name of a handler parameter, e.g. `scope = account`",
-                )),
-            },
-            "retention" => match duration_literal(&pair.value) {
-                Some(lit) => set_once(&mut args.retention, lit, name, errors),
-                None => errors.push(syn::Error::new_spanned(
-                    &pair.value,
-                    "`retention` takes a duration string, e.g. `retention = \"24h\"`",
-                )),
-            },
-            "lease" => {
-                args.lease_written = true;
-                match duration_literal(&pair.value) {
-                    Some(lit) => set_once(&mut args.lease, lit, name, errors),
-                    None => errors.push(syn::Error::new_spanned(
-                        &pair.value,
-                        "`lease` takes a duration string, e.g. `lease = \"30s\"`",
-                    )),
-                }
-            }
-            _ => errors.push(unknown(&pair.path)),
+        let stored = match name.to_string().as_str() {
+            "scope" => set(&mut args.scope, name, scope(&pair.value)),
+            "retention" => set(
+                &mut args.retention,
+                name,
+                duration(name, &pair.value, "24h"),
+            ),
+            "lease" => set(&mut args.lease, name, duration(name, &pair.value, "30s")),
+            "crate" => set(&mut args.krate, name, crate_path(&pair.value)),
+            _ => Err(unknown(&pair.path)),
+        };
+        if let Err(error) = stored {
+            errors.push(error);
         }
     }
     args
 }
 
-fn duration_literal(value: &Expr) -> Option<LitStr> {
+/// Stores a value read for an argument; one helper for "given more than once", so every
+/// argument reports it the same way, at the second name.
+fn set<T>(slot: &mut Arg<T>, name: &Ident, value: syn::Result<T>) -> syn::Result<()> {
+    if !matches!(slot, Arg::Absent) {
+        return Err(syn::Error::new(
+            name.span(),
+            format!("`{name}` is given more than once: keep one"),
+        ));
+    }
     match value {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(lit), ..
-        }) => Some(lit.clone()),
-        _ => None,
+        Ok(value) => {
+            *slot = Arg::Given(value);
+            Ok(())
+        }
+        Err(error) => {
+            *slot = Arg::Unreadable;
+            Err(error)
+        }
     }
 }
 
-fn parameter_name(value: &Expr) -> Option<Ident> {
-    match value {
+/// `scope = account`: the name of a handler parameter.
+fn scope(value: &Expr) -> syn::Result<Ident> {
+    let ident = match value {
         Expr::Path(ExprPath {
             qself: None, path, ..
         }) => path.get_ident().cloned(),
         _ => None,
+    };
+    ident.ok_or_else(|| {
+        syn::Error::new_spanned(
+            value,
+            "`scope` takes the name of a handler parameter, e.g. `scope = account`",
+        )
+    })
+}
+
+/// `retention = "24h"`, `lease = "30s"`: a duration string, read by `model`.
+fn duration(name: &Ident, value: &Expr, example: &str) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(lit.clone()),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`{name}` takes a duration string, e.g. `{name} = \"{example}\"`"),
+        )),
     }
+}
+
+/// `crate = my_idem` or `crate = ::shop::idem`; also the string form that tokio's and
+/// serde's attributes take, `crate = "my_idem"`.
+fn crate_path(value: &Expr) -> syn::Result<syn::Path> {
+    let path = match value {
+        Expr::Path(ExprPath {
+            qself: None, path, ..
+        }) => Some(path.clone()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => lit.parse::<syn::Path>().ok(),
+        _ => None,
+    };
+    path.ok_or_else(|| {
+        syn::Error::new_spanned(
+            value,
+            "`crate` takes the path idem is reached by, e.g. `crate = my_idem` for a \
+             dependency renamed to `my_idem`",
+        )
+    })
 }
 
 fn unknown(path: &syn::Path) -> syn::Error {
     let name = quote::quote!(#path).to_string().replace(' ', "");
     syn::Error::new_spanned(path, format!("unknown argument `{name}`: expected {KEYS}"))
-}
-
-/// One helper for "given more than once", so every argument reports it the same way.
-fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident, errors: &mut Errors) {
-    if slot.is_some() {
-        errors.push(syn::Error::new(
-            name.span(),
-            format!("`{name}` is given more than once: keep one"),
-        ));
-    } else {
-        *slot = Some(value);
-    }
-}
-
-/// Collects errors so a user sees all of them in one build.
-#[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub(crate) fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
-            Some(all) => all.combine(error),
-            None => self.0 = Some(error),
-        }
-    }
-
-    pub(crate) fn finish<T>(self, value: T) -> Result<T, syn::Error> {
-        match self.0 {
-            Some(error) => Err(error),
-            None => Ok(value),
-        }
-    }
 }

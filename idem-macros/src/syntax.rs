@@ -1,0 +1,285 @@
+//! What the handler's own syntax says, read with syn: the HTTP method table, the route
+//! attributes of actix-web, the roles of parameters, and the rewrites of their types.
+//! Nothing here reports errors; `model` decides what is wrong.
+
+use proc_macro2::Span;
+use syn::parse::ParseStream;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{
+    Attribute, Expr, ExprLit, FnArg, GenericArgument, Ident, ItemFn, Lifetime, Lit, LitStr,
+    MetaNameValue, Pat, PathArguments, Token, Type, TypePath,
+};
+
+/// An HTTP method that actix-web's route attributes know.
+#[derive(Clone, Copy)]
+struct Method {
+    /// As sent on the wire and written in `route(method = "..")`.
+    name: &'static str,
+    /// The attribute that registers a handler for it: `#[post("/orders")]`.
+    attribute: &'static str,
+    /// Safe in the sense of RFC 9110 (section 9.2.1; QUERY by its draft): repeating the
+    /// request changes nothing, so a key adds nothing and `#[idempotent]` refuses it.
+    safe: bool,
+}
+
+/// The one table of methods: which attribute names are routes, what `method = ".."`
+/// means, and which methods `#[idempotent]` refuses. actix-web 4.5's list.
+const METHODS: [Method; 10] = [
+    Method::new("CONNECT", "connect", false),
+    Method::new("DELETE", "delete", false),
+    Method::new("GET", "get", true),
+    Method::new("HEAD", "head", true),
+    Method::new("OPTIONS", "options", true),
+    Method::new("PATCH", "patch", false),
+    Method::new("POST", "post", false),
+    Method::new("PUT", "put", false),
+    Method::new("QUERY", "query", true),
+    Method::new("TRACE", "trace", true),
+];
+
+impl Method {
+    const fn new(name: &'static str, attribute: &'static str, safe: bool) -> Self {
+        Self {
+            name,
+            attribute,
+            safe,
+        }
+    }
+
+    fn by_attribute(ident: &Ident) -> Option<Self> {
+        METHODS.into_iter().find(|method| ident == method.attribute)
+    }
+
+    fn by_name(name: &str) -> Option<Self> {
+        METHODS.into_iter().find(|method| method.name == name)
+    }
+}
+
+/// One method a route attribute registers, with the token that names it.
+pub(crate) struct RouteMethod {
+    /// Upper case, as actix-web requires; a custom method keeps its spelling.
+    pub(crate) name: String,
+    pub(crate) safe: bool,
+    /// The attribute's name (`post` in `#[post(..)]`) or the `method = ".."` string.
+    pub(crate) span: Span,
+    /// Whether it was written as `method = ".."` of `#[route]` rather than as the
+    /// attribute's name.
+    pub(crate) in_route_list: bool,
+}
+
+/// A route attribute of actix-web, as far as its arguments could be read (actix-web
+/// reports what it cannot read itself).
+pub(crate) struct Route {
+    pub(crate) methods: Vec<RouteMethod>,
+    pub(crate) path: Option<LitStr>,
+}
+
+/// What an attribute of the user's function is to `#[idempotent]`.
+pub(crate) enum AttrKind {
+    /// A route attribute: with `#[idempotent]` outermost it arrives here and must
+    /// register the generated handler, not the user's function. `#[routes]` itself
+    /// registers nothing: the method attributes below it do.
+    Route(Route),
+    /// Another `#[idempotent]`.
+    Idempotent,
+    /// A lint level, which applies to both functions.
+    Lint,
+    /// Documentation, `cfg` and deprecation: they describe the registered handler.
+    Outer,
+    /// Everything else keeps its meaning on the user's function (`instrument`, ...).
+    Inner,
+}
+
+/// Classifies by the last segment of the attribute's path, so `#[actix_web::post]` and
+/// a `use`d `#[post]` are the same.
+pub(crate) fn classify(attr: &Attribute) -> AttrKind {
+    let Some(name) = attr.path().segments.last().map(|s| &s.ident) else {
+        return AttrKind::Inner;
+    };
+    if let Some(method) = Method::by_attribute(name) {
+        return AttrKind::Route(Route {
+            methods: vec![RouteMethod {
+                name: method.name.to_owned(),
+                safe: method.safe,
+                span: name.span(),
+                in_route_list: false,
+            }],
+            path: attr.parse_args_with(route_path).ok(),
+        });
+    }
+    match name.to_string().as_str() {
+        "route" => AttrKind::Route(route_with_methods(attr)),
+        "routes" => AttrKind::Route(Route {
+            methods: Vec::new(),
+            path: None,
+        }),
+        "idempotent" => AttrKind::Idempotent,
+        "allow" | "warn" | "deny" | "forbid" | "expect" => AttrKind::Lint,
+        "doc" | "cfg" | "deprecated" => AttrKind::Outer,
+        _ => AttrKind::Inner,
+    }
+}
+
+/// The path of `#[post("/orders", ..)]`; the options after it are actix-web's business.
+fn route_path(input: ParseStream<'_>) -> syn::Result<LitStr> {
+    let path = input.parse()?;
+    let _: proc_macro2::TokenStream = input.parse()?;
+    Ok(path)
+}
+
+/// `#[route("/orders", method = "POST", method = "PUT", guard = "..")]`, parsed as
+/// actix-web parses it: a path, then `name = value` options.
+fn route_with_methods(attr: &Attribute) -> Route {
+    let parsed = attr.parse_args_with(|input: ParseStream<'_>| {
+        let path: LitStr = input.parse()?;
+        let options = if input.is_empty() {
+            Punctuated::new()
+        } else {
+            input.parse::<Token![,]>()?;
+            Punctuated::<MetaNameValue, Token![,]>::parse_terminated(input)?
+        };
+        Ok((path, options))
+    });
+    let Ok((path, options)) = parsed else {
+        return Route {
+            methods: Vec::new(),
+            path: None,
+        };
+    };
+    let methods = options
+        .iter()
+        .filter(|option| option.path.is_ident("method"))
+        .filter_map(|option| match &option.value {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => Some(lit),
+            _ => None,
+        })
+        .map(|lit| {
+            let name = lit.value();
+            RouteMethod {
+                // actix-web accepts an unknown upper-case name as a custom method.
+                safe: Method::by_name(&name).is_some_and(|method| method.safe),
+                name,
+                span: lit.span(),
+                in_route_list: true,
+            }
+        })
+        .collect();
+    Route {
+        methods,
+        path: Some(path),
+    }
+}
+
+/// What idem passes for a parameter instead of running it as an extractor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// An extractor, run over the buffered request.
+    Extractor,
+    /// The single-transaction form's transaction, `idem::Tx`.
+    Tx,
+    /// The phased form's `idem::Phases`.
+    Phases,
+}
+
+impl Role {
+    /// By the type's last path segment: `Tx` or `Phases`, however the path is spelled
+    /// (`idem::Tx`, a `use`d `Tx`, a re-export).
+    pub(crate) fn of(ty: &Type) -> Self {
+        match ty {
+            Type::Path(path) if last_segment_is(path, "Tx") => Self::Tx,
+            Type::Path(path) if last_segment_is(path, "Phases") => Self::Phases,
+            _ => Self::Extractor,
+        }
+    }
+
+    /// The role of `&idem::Tx` or `&mut idem::Phases`, which idem cannot pass.
+    pub(crate) fn of_borrowed(ty: &Type) -> Option<Self> {
+        let Type::Reference(reference) = ty else {
+            return None;
+        };
+        Some(Self::of(&reference.elem)).filter(|role| *role != Self::Extractor)
+    }
+
+    /// The type's name as the docs spell it.
+    pub(crate) fn type_name(self) -> &'static str {
+        match self {
+            Self::Tx => "Tx",
+            Self::Phases => "Phases",
+            Self::Extractor => "",
+        }
+    }
+}
+
+fn last_segment_is(path: &TypePath, name: &str) -> bool {
+    path.qself.is_none() && path.path.segments.last().is_some_and(|s| s.ident == name)
+}
+
+/// The name a parameter's pattern binds: `account` in `account: T` and in
+/// `mut account: T`; `None` for destructuring patterns.
+pub(crate) fn binding(pat: &Pat) -> Option<&Ident> {
+    match pat {
+        Pat::Ident(pat) => Some(&pat.ident),
+        _ => None,
+    }
+}
+
+/// Gives each `Tx` parameter the lifetime an `async fn` parameter needs (E0726 otherwise)
+/// and a `mut` binding, so `tx: idem::Tx` can be written as the docs show; `Phases`
+/// parameters get the `mut` binding its `run` needs.
+pub(crate) fn normalize_params(func: &mut ItemFn) {
+    for input in &mut func.sig.inputs {
+        let FnArg::Typed(arg) = input else { continue };
+        match Role::of(&arg.ty) {
+            Role::Tx => {
+                if let Type::Path(path) = &mut *arg.ty {
+                    set_lifetime(path, Lifetime::new("'_", path.span()), false);
+                }
+            }
+            Role::Phases => {}
+            Role::Extractor => continue,
+        }
+        if let Pat::Ident(pat) = &mut *arg.pat
+            && pat.by_ref.is_none()
+            && pat.mutability.is_none()
+        {
+            pat.mutability = Some(Token![mut](pat.ident.span()));
+            arg.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+        }
+    }
+}
+
+/// A `Tx` type with `'static` for its lifetime: names the backend from inside a body,
+/// where the parameter's `'_` means nothing.
+pub(crate) fn tx_type_static(ty: &Type) -> Type {
+    let mut ty = ty.clone();
+    if let Type::Path(path) = &mut ty {
+        set_lifetime(path, Lifetime::new("'static", Span::call_site()), true);
+    }
+    ty
+}
+
+fn set_lifetime(path: &mut TypePath, lifetime: Lifetime, replace: bool) {
+    let Some(last) = path.path.segments.last_mut() else {
+        return;
+    };
+    match &mut last.arguments {
+        PathArguments::None => {
+            last.arguments = PathArguments::AngleBracketed(syn::parse_quote!(<#lifetime>));
+        }
+        PathArguments::AngleBracketed(args) => {
+            let existing = args.args.iter_mut().find_map(|arg| match arg {
+                GenericArgument::Lifetime(l) => Some(l),
+                _ => None,
+            });
+            match existing {
+                Some(l) if replace => *l = lifetime,
+                Some(_) => {}
+                None => args.args.insert(0, GenericArgument::Lifetime(lifetime)),
+            }
+        }
+        PathArguments::Parenthesized(_) => {}
+    }
+}

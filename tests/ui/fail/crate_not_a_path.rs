@@ -1,0 +1,7 @@
+#[actix_web::post("/accounts/{account}/orders")]
+#[idem::idempotent(scope = account, crate = 7)]
+async fn create_order(account: actix_web::web::ReqData<i64>) -> &'static str {
+    "created"
+}
+
+fn main() {}

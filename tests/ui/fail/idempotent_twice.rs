@@ -1,0 +1,9 @@
+// A second `#[idempotent]` is one mistake, reported at the second attribute.
+#[idem::idempotent(scope = account)]
+#[actix_web::post("/accounts/{account}/orders")]
+#[idem::idempotent(scope = account)]
+async fn create_order(account: actix_web::web::ReqData<i64>) -> &'static str {
+    "created"
+}
+
+fn main() {}
