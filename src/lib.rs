@@ -211,6 +211,10 @@ pub use idem_runtime::{
     RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, resolve_key_with,
     stranded_keys,
 };
+pub use idem_runtime::{
+    Delivery, Inbox, KeySource, SecretError, SignatureError, SignedWebhook, WEBHOOK_ID,
+    WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookRejected, WebhookVerifier,
+};
 
 #[cfg(feature = "encryption")]
 pub use idem_runtime::encryption;

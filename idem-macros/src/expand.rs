@@ -120,6 +120,14 @@ fn generate(model: &Model) -> TokenStream {
         .route
         .as_ref()
         .map(|(method, path)| quote!(.with_route(#method, #path)));
+    let with_key = model.key.as_ref().map(|key| match key {
+        model::KeySpec::Header(name) => {
+            quote!(.with_key(::idem::__private::KeySource::Header(#name)))
+        }
+        model::KeySpec::Json(field) => {
+            quote!(.with_key(::idem::__private::KeySource::Json(#field)))
+        }
+    });
     let with_lease = model.lease.map(|lease| {
         let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
         quote!(.with_lease(#lease_ms))
@@ -218,7 +226,7 @@ fn generate(model: &Model) -> TokenStream {
                 ::core::module_path!(),
                 #scope_name,
                 #retention_secs,
-            )#with_route #with_lease;
+            )#with_route #with_lease #with_key;
             ::idem::__private::inventory::submit! {
                 ::idem::__private::Registration(&#policy)
             }

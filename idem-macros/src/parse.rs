@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token};
 
 /// The valid argument names, as listed in error messages.
-const KEYS: &str = "`scope`, `retention` or `lease`";
+const KEYS: &str = "`scope`, `retention`, `lease` or `key`";
 
 /// The arguments as written; not yet checked against the handler.
 pub(crate) struct Args {
@@ -20,6 +20,8 @@ pub(crate) struct Args {
     /// Whether `lease` was written at all, even with an unreadable value: then a missing
     /// lease is not reported on top.
     pub(crate) lease_written: bool,
+    /// `key = header("..")` or `key = json("..")`: a webhook event's id is the key.
+    pub(crate) key: Option<KeyArg>,
     /// Span of the whole argument list, for "missing argument" errors.
     pub(crate) span: Span,
     /// False when the list could not be read at all, so what is absent is unknown.
@@ -39,6 +41,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         retention: None,
         lease: None,
         lease_written: false,
+        key: None,
         span,
         readable: true,
     };
@@ -87,10 +90,74 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
                     )),
                 }
             }
+            "key" => match key_source(&pair.value) {
+                Ok(key) => set_once(&mut args.key, key, name, errors),
+                Err(error) => errors.push(error),
+            },
             _ => errors.push(unknown(&pair.path)),
         }
     }
     args
+}
+
+/// Where the key comes from instead of the `Idempotency-Key` header, as written.
+pub(crate) enum KeyArg {
+    /// `header("webhook-id")`: a request header.
+    Header(LitStr),
+    /// `json("id")`: a field of the JSON body (a JSON Pointer when it starts with `/`).
+    Json(LitStr),
+}
+
+const KEY_FORMS: &str = "`key = header(\"webhook-id\")` for a request header or \
+                         `key = json(\"id\")` for a field of the JSON body";
+
+fn key_source(value: &Expr) -> Result<KeyArg, syn::Error> {
+    let Expr::Call(call) = value else {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!("`key` names where the event's id is: write {KEY_FORMS}"),
+        ));
+    };
+    let func = match &*call.func {
+        Expr::Path(ExprPath {
+            qself: None, path, ..
+        }) => path.get_ident(),
+        _ => None,
+    };
+    let Some(func) = func else {
+        return Err(syn::Error::new_spanned(
+            &call.func,
+            format!("unknown key source: write {KEY_FORMS}"),
+        ));
+    };
+    let make: fn(LitStr) -> KeyArg = match func.to_string().as_str() {
+        "header" => KeyArg::Header,
+        "json" => KeyArg::Json,
+        other => {
+            return Err(syn::Error::new(
+                func.span(),
+                format!("unknown key source `{other}`: write {KEY_FORMS}"),
+            ));
+        }
+    };
+    let mut args = call.args.iter();
+    match (args.next(), args.next()) {
+        (Some(arg), None) => match duration_literal(arg) {
+            Some(lit) => Ok(make(lit)),
+            None => Err(syn::Error::new_spanned(
+                arg,
+                format!("`{func}(..)` takes a string literal: write {KEY_FORMS}"),
+            )),
+        },
+        (None, _) => Err(syn::Error::new(
+            call.paren_token.span.join(),
+            format!("`{func}(..)` takes one string literal: write {KEY_FORMS}"),
+        )),
+        (Some(_), Some(extra)) => Err(syn::Error::new_spanned(
+            extra,
+            format!("`{func}(..)` takes one string literal; remove the others"),
+        )),
+    }
 }
 
 fn duration_literal(value: &Expr) -> Option<LitStr> {

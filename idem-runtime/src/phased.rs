@@ -671,6 +671,7 @@ impl<DB: Backend> Prepared<DB> {
             .await;
         span.record("outcome", outcome);
         crate::metrics::outcome(policy, outcome);
+        crate::webhook::after(policy, outcome);
         response
     }
 

@@ -13,6 +13,7 @@ use crate::Idem;
 use crate::expiry::{KeyRecord, KeyStats};
 use crate::fingerprint::Fingerprint;
 
+pub(crate) mod inbox;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
@@ -40,7 +41,7 @@ pub type DefaultBackend = sqlx::Sqlite;
     label = "name `sqlx::Postgres` or `sqlx::Sqlite` here",
     note = "the type parameter of `idem::Tx` and `idem::Phases` names the database of the `Idem` the app registers"
 )]
-pub trait Backend: sqlx::Database + sealed::Sealed {
+pub trait Backend: sqlx::Database + sealed::Sealed + inbox::InboxBackend {
     /// What opens a request's transaction with `claim_wait` as the longest wait for a
     /// key held by another request; computed once per setting, not per request.
     #[doc(hidden)]

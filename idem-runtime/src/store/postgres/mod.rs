@@ -2,6 +2,7 @@
 //! file per concern (the single-transaction claim here, the others beside it).
 
 pub(crate) mod expiry;
+mod inbox;
 mod outbox;
 mod phased;
 

@@ -18,6 +18,7 @@
 //! ([`now!`]), which on one machine is the application's clock too.
 
 pub(crate) mod expiry;
+mod inbox;
 mod outbox;
 mod phased;
 
