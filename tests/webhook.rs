@@ -5,6 +5,8 @@
 //! stored; the same id with another body is a 422 and the first delivery's effect stands.
 //! And a handler keyed by a field of its JSON body, on both databases.
 
+#[path = "../examples/orders/openapi.rs"]
+mod example_openapi;
 mod support;
 #[path = "../examples/orders/webhooks.rs"]
 mod webhooks;
@@ -339,6 +341,40 @@ async fn a_handler_keyed_by_a_json_field_replays_by_it() {
         .assert_idem_problem(400, "event-id-invalid");
     let keys: Vec<String> = env.key_rows().await.into_iter().map(|row| row.1).collect();
     assert_eq!(keys, ["42", "evt_9"]);
+}
+
+/// The example's document describes the receiver as it answers: the event id from the
+/// `webhook-id` header (required), no `Idempotency-Key`, idem's policy with that header,
+/// and idem's problems for a missing or invalid id.
+#[test]
+fn the_receiver_is_documented_with_its_key_header() {
+    use utoipa::OpenApi;
+    let document = serde_json::to_value(example_openapi::ApiDoc::openapi()).expect("JSON");
+    let operation = &document["paths"]["/webhooks/provider"]["post"];
+    let parameters = operation["parameters"].as_array().expect("parameters");
+    let names: Vec<&str> = parameters
+        .iter()
+        .map(|p| p["name"].as_str().expect("a name"))
+        .collect();
+    assert!(names.contains(&"webhook-id"), "{names:?}");
+    assert!(names.contains(&"webhook-signature"), "{names:?}");
+    assert!(!names.iter().any(|n| n.eq_ignore_ascii_case("idempotency-key")), "{names:?}");
+    let id = parameters
+        .iter()
+        .find(|p| p["name"] == "webhook-id")
+        .expect("the id header");
+    assert_eq!(id["required"], true);
+    assert_eq!(id["in"], "header");
+    let policy = &operation["x-idempotency"];
+    assert_eq!(policy["header"], "webhook-id", "{policy}");
+    assert_eq!(policy["scope"], "sender", "{policy}");
+    assert_eq!(policy["retention_seconds"], 5 * 24 * 3600, "{policy}");
+    let bad_request = operation["responses"]["400"]["description"]
+        .as_str()
+        .expect("a 400");
+    assert!(bad_request.contains("#event-id-missing"), "{bad_request}");
+    assert!(bad_request.contains("#event-id-invalid"), "{bad_request}");
+    assert!(!bad_request.contains("#idempotency-key-missing"), "{bad_request}");
 }
 
 support::backend_tests!(
