@@ -28,6 +28,9 @@ mod parse;
 /// - `lease = "<duration>"` (the phased form; required with an `idem::Phases`
 ///   parameter, refused without one; 1 second to the retention): how long an attempt
 ///   holds the key before a retry may take it over, e.g. `"30s"`.
+/// - `key = header("<name>")` or `key = json("<field>")` (default: the `Idempotency-Key`
+///   header): a webhook event's id as the key, from a request header or a field of the
+///   JSON body (a member's name, or a JSON Pointer starting with `/`).
 ///
 /// The phased form:
 ///
