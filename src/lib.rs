@@ -305,15 +305,15 @@ pub use idem_runtime::{
     UnverifiedScope, migrate, policies, problem,
 };
 pub use idem_runtime::{
+    Delivery, Inbox, KeySource, SecretError, SignatureError, SignedWebhook, WEBHOOK_ID,
+    WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookRejected, WebhookVerifier,
+};
+pub use idem_runtime::{
     Lease, MAX_PHASE_NAME_LEN, Message, PhaseError, PhaseErrorKind, Phases, Relay, RelayHandle,
 };
 pub use idem_runtime::{
     RecordedPhase, Resolution, ResolveError, StrandedKey, resolve_key, resolve_key_with,
     stranded_keys,
-};
-pub use idem_runtime::{
-    Delivery, Inbox, KeySource, SecretError, SignatureError, SignedWebhook, WEBHOOK_ID,
-    WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookRejected, WebhookVerifier,
 };
 
 #[cfg(feature = "encryption")]

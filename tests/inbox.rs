@@ -159,7 +159,11 @@ async fn inbox_entries_expire_with_the_sweep<DB: Consumer>() {
         .expect("sweep");
     assert_eq!(report.rows_deleted, 2, "{report:?}");
     assert_eq!(report.batches, 2, "batches of one: {report:?}");
-    let left = DB::texts(&pool, "SELECT message_id FROM idem_inbox ORDER BY message_id").await;
+    let left = DB::texts(
+        &pool,
+        "SELECT message_id FROM idem_inbox ORDER BY message_id",
+    )
+    .await;
     assert_eq!(left, ["live", "old-3"]);
     assert_eq!(consume(&pool, &inbox, "old-1").await, Delivery::First);
     assert_eq!(consume(&pool, &inbox, "live").await, Delivery::Duplicate);
@@ -178,7 +182,10 @@ async fn unusable_ids_are_refused<DB: Consumer>() {
         );
     }
     tx.commit().await.expect("commit");
-    assert_eq!(DB::scalar(&pool, "SELECT count(*) FROM idem_inbox").await, 0);
+    assert_eq!(
+        DB::scalar(&pool, "SELECT count(*) FROM idem_inbox").await,
+        0
+    );
 }
 
 /// idem's own relay messages, consumed in another service: the inbox keys on
@@ -207,7 +214,8 @@ async fn relay_messages_are_processed_once_by_their_id() {
             async move {
                 let inbox = Inbox::new("receipts-consumer");
                 let delivery = consume(&pool, &inbox, message.id()).await;
-                sent.send((message.attempt(), delivery)).expect("the test listens");
+                sent.send((message.attempt(), delivery))
+                    .expect("the test listens");
                 if message.attempt() == 1 {
                     return Err("the acknowledgement was lost");
                 }

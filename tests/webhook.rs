@@ -97,16 +97,18 @@ where
     let env = Env::<DB>::open().await;
     let app = receiver(&env).await;
     let body = event("evt_1", "ch_1", 4200);
-    let replies: Vec<Reply> = join_all(
-        (0..PARALLEL).map(|_| app.call(delivery(webhooks::PATH, "evt_1", &body))),
-    )
-    .await;
+    let replies: Vec<Reply> =
+        join_all((0..PARALLEL).map(|_| app.call(delivery(webhooks::PATH, "evt_1", &body)))).await;
 
     let originals: Vec<&Reply> = replies
         .iter()
         .filter(|r| r.status == 200 && !r.replayed())
         .collect();
-    assert_eq!(originals.len(), 1, "one delivery runs the handler: {replies:#?}");
+    assert_eq!(
+        originals.len(),
+        1,
+        "one delivery runs the handler: {replies:#?}"
+    );
     assert_recorded(originals[0], "evt_1");
     for reply in &replies {
         match reply.status {
@@ -115,7 +117,9 @@ where
             409 => {
                 reply.assert_idem_problem(409, "request-in-progress");
             }
-            other => panic!("a concurrent delivery is answered 2xx or 409, not {other}: {reply:#?}"),
+            other => {
+                panic!("a concurrent delivery is answered 2xx or 409, not {other}: {reply:#?}")
+            }
         }
     }
     assert_eq!(charge_events(&env, "evt_1").await, 1, "one effect");
@@ -179,7 +183,10 @@ where
     let forger = idem::WebhookVerifier::new(webhooks::SENDER, "c29tZW9uZSBlbHNl").unwrap();
     let t = now();
     let forged = delivery(webhooks::PATH, "evt_2", &body)
-        .insert_header(("webhook-signature", forger.sign("evt_2", t, body.as_bytes())))
+        .insert_header((
+            "webhook-signature",
+            forger.sign("evt_2", t, body.as_bytes()),
+        ))
         .insert_header(("webhook-timestamp", t.to_string()));
     let reply = app.call(forged).await;
     let problem = reply.assert_idem_problem(401, "webhook-signature-invalid");
@@ -228,7 +235,10 @@ where
         .insert_header(("webhook-timestamp", now().to_string()))
         .insert_header(("webhook-signature", "v1,AAAA"))
         .set_payload(body.clone());
-    let problem = app.call(unkeyed).await.assert_idem_problem(400, "event-id-missing");
+    let problem = app
+        .call(unkeyed)
+        .await
+        .assert_idem_problem(400, "event-id-missing");
     assert!(
         problem["detail"].as_str().unwrap().contains("webhook-id"),
         "{problem}"
@@ -242,7 +252,10 @@ where
         .await
         .assert_idem_problem(400, "event-id-invalid");
     assert!(
-        problem["detail"].as_str().unwrap().contains("256 characters"),
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("256 characters"),
         "{problem}"
     );
 
@@ -257,11 +270,19 @@ where
     let env = Env::<DB>::open().await;
     let app = receiver(&env).await;
     let first = app
-        .call(delivery(webhooks::PATH, "evt_3", &event("evt_3", "ch_3", 500)))
+        .call(delivery(
+            webhooks::PATH,
+            "evt_3",
+            &event("evt_3", "ch_3", 500),
+        ))
         .await;
     assert_recorded(&first, "evt_3");
     let other = app
-        .call(delivery(webhooks::PATH, "evt_3", &event("evt_3", "ch_3", 999_999)))
+        .call(delivery(
+            webhooks::PATH,
+            "evt_3",
+            &event("evt_3", "ch_3", 999_999),
+        ))
         .await;
     let problem = other.assert_idem_problem(422, "idempotency-key-reused");
     assert_eq!(problem["mismatch"], "body", "{problem}");
@@ -273,9 +294,13 @@ where
     .await;
     assert_eq!(amount, 500, "the first delivery's effect stands");
     // And the original delivery still replays.
-    app.call(delivery(webhooks::PATH, "evt_3", &event("evt_3", "ch_3", 500)))
-        .await
-        .assert_replay_of(&first);
+    app.call(delivery(
+        webhooks::PATH,
+        "evt_3",
+        &event("evt_3", "ch_3", 500),
+    ))
+    .await
+    .assert_replay_of(&first);
 }
 
 /// A sender taken as verified, for the JSON-keyed handler (whose subject is the key
@@ -358,7 +383,12 @@ fn the_receiver_is_documented_with_its_key_header() {
         .collect();
     assert!(names.contains(&"webhook-id"), "{names:?}");
     assert!(names.contains(&"webhook-signature"), "{names:?}");
-    assert!(!names.iter().any(|n| n.eq_ignore_ascii_case("idempotency-key")), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case("idempotency-key")),
+        "{names:?}"
+    );
     let id = parameters
         .iter()
         .find(|p| p["name"] == "webhook-id")
@@ -374,7 +404,10 @@ fn the_receiver_is_documented_with_its_key_header() {
         .expect("a 400");
     assert!(bad_request.contains("#event-id-missing"), "{bad_request}");
     assert!(bad_request.contains("#event-id-invalid"), "{bad_request}");
-    assert!(!bad_request.contains("#idempotency-key-missing"), "{bad_request}");
+    assert!(
+        !bad_request.contains("#idempotency-key-missing"),
+        "{bad_request}"
+    );
 }
 
 support::backend_tests!(

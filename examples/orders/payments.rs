@@ -416,7 +416,10 @@ async fn deliver_event(
             .header("content-type", "application/json")
             .header("webhook-id", &event.id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signer.sign(&event.id, timestamp, &body))
+            .header(
+                "webhook-signature",
+                signer.sign(&event.id, timestamp, &body),
+            )
             .body(body.clone())
             .send()
             .await;

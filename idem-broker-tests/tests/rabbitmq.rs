@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::options::QueueDeleteOptions;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -31,24 +31,27 @@ async fn broker() -> Connection {
     if let Ok(connection) = Connection::connect(AMQP_URL, ConnectionProperties::default()).await {
         return connection;
     }
-    let server = ["/usr/sbin/rabbitmq-server", "/usr/lib/rabbitmq/bin/rabbitmq-server"]
-        .into_iter()
-        .find(|path| std::path::Path::new(path).exists())
-        .map(str::to_owned)
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|dir| dir.join("rabbitmq-server"))
-                    .find(|path| path.exists())
-                    .map(|path| path.display().to_string())
-            })
+    let server = [
+        "/usr/sbin/rabbitmq-server",
+        "/usr/lib/rabbitmq/bin/rabbitmq-server",
+    ]
+    .into_iter()
+    .find(|path| std::path::Path::new(path).exists())
+    .map(str::to_owned)
+    .or_else(|| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("rabbitmq-server"))
+                .find(|path| path.exists())
+                .map(|path| path.display().to_string())
         })
-        .unwrap_or_else(|| {
-            panic!(
-                "RabbitMQ is not reachable at {AMQP_URL} and rabbitmq-server is not installed: \
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "RabbitMQ is not reachable at {AMQP_URL} and rabbitmq-server is not installed: \
                  install it (apt-get install rabbitmq-server) or start it there"
-            )
-        });
+        )
+    });
     eprintln!("RabbitMQ is not running: starting `{server} -detached`");
     let status = std::process::Command::new(&server)
         .arg("-detached")
@@ -206,7 +209,11 @@ async fn run(backend: &str, database: &str, outcome: impl AsyncFn() -> Outcome) 
     // 3. Drains the queue.
     let mut third = Consumer::start(database, &queue, &[]);
     third.until("drained").await;
-    let status = third.child.wait().await.expect("the last consumer's status");
+    let status = third
+        .child
+        .wait()
+        .await
+        .expect("the last consumer's status");
     assert!(status.success(), "the last consumer failed: {status}");
     seen.extend(third.seen);
 
@@ -216,17 +223,23 @@ async fn run(backend: &str, database: &str, outcome: impl AsyncFn() -> Outcome) 
         inbox_entries,
     } = outcome().await;
     let expected: BTreeMap<String, i64> = (1..=MESSAGES).map(|n| (format!("msg-{n}"), 1)).collect();
-    assert_eq!(effects, expected, "one effect per message; the consumers saw {seen:#?}");
+    assert_eq!(
+        effects, expected,
+        "one effect per message; the consumers saw {seen:#?}"
+    );
     assert_eq!(inbox_entries, i64::try_from(MESSAGES).unwrap());
 
     // And the redeliveries happened as forced.
     let has = |line: &str| seen.iter().any(|seen| seen == line);
     assert!(
-        has("delivery msg-5 redelivered=false first") && has("delivery msg-5 redelivered=true duplicate"),
+        has("delivery msg-5 redelivered=false first")
+            && has("delivery msg-5 redelivered=true duplicate"),
         "msg-5 was nacked after its commit and redelivered as a duplicate: {seen:#?}"
     );
     assert!(
-        has(&format!("delivery {acked_never} redelivered=true duplicate")),
+        has(&format!(
+            "delivery {acked_never} redelivered=true duplicate"
+        )),
         "{acked_never}, committed and never acknowledged, came back as a duplicate: {seen:#?}"
     );
     assert!(
@@ -253,7 +266,10 @@ async fn postgres_every_message_has_its_effect_once_through_nacks_and_kills() {
     let db = idem_testkit::TestDb::new().await;
     let pool = db.pool(4).await;
     idem::migrate(&pool).await.expect("idem's migrations");
-    sqlx::query(CREATE_EFFECTS).execute(&pool).await.expect("effects");
+    sqlx::query(CREATE_EFFECTS)
+        .execute(&pool)
+        .await
+        .expect("effects");
     run("postgres", db.url(), async || Outcome {
         effects: sqlx::query_as(COUNT_EFFECTS)
             .fetch_all(&pool)
@@ -274,7 +290,10 @@ async fn sqlite_every_message_has_its_effect_once_through_nacks_and_kills() {
     let db = idem_testkit::TestSqlite::new();
     let pool = db.pool(4).await;
     idem::migrate(&pool).await.expect("idem's migrations");
-    sqlx::query(CREATE_EFFECTS).execute(&pool).await.expect("effects");
+    sqlx::query(CREATE_EFFECTS)
+        .execute(&pool)
+        .await
+        .expect("effects");
     run("sqlite", &db.url(), async || Outcome {
         effects: sqlx::query_as(COUNT_EFFECTS)
             .fetch_all(&pool)

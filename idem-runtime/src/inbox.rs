@@ -135,7 +135,8 @@ impl Inbox {
                 message_id.len()
             )));
         }
-        let first = DB::record_delivery(&mut **tx, &self.consumer, message_id, self.retention).await?;
+        let first =
+            DB::record_delivery(&mut **tx, &self.consumer, message_id, self.retention).await?;
         if first {
             Ok(Delivery::First)
         } else {

@@ -41,8 +41,8 @@ pub use expiry::{
     schema_status,
 };
 pub use fingerprint::{Fingerprint, InvalidJson};
-pub use inbox::{Delivery, Inbox};
 pub use flow::IDEMPOTENT_REPLAYED;
+pub use inbox::{Delivery, Inbox};
 pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{MIGRATIONS_TABLE, migrate};
 pub use outbox::{Message, Relay, RelayHandle};
@@ -65,9 +65,9 @@ pub use webhook::{
 #[doc(hidden)]
 pub mod __private {
     pub use crate::Policy;
-    pub use crate::webhook::KeySource;
     pub use crate::flow::{Prepared, extract, prepare, respond};
     pub use crate::registry::Registration;
+    pub use crate::webhook::KeySource;
     pub use actix_web::dev::Payload;
     pub use actix_web::web::Payload as WebPayload;
     pub use actix_web::{HttpRequest, HttpResponse};

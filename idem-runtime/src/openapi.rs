@@ -239,11 +239,11 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
             policy.scope()
         ),
         None => format!(
-        "**Idempotent.** Send an `Idempotency-Key` header; the operation runs once per key \
+            "**Idempotent.** Send an `Idempotency-Key` header; the operation runs once per key \
          and a retry with the same key and request gets the stored response again, with \
          `Idempotent-Replayed: true`. Keys are scoped by `{}` and expire {readable} after \
          first use. The same key with a different method, path or body gets 422.",
-        policy.scope()
+            policy.scope()
         ),
     };
     operation.description = Some(match operation.description.take() {

@@ -92,10 +92,7 @@ pub(crate) fn key_of(
                  ('!' to '~')"
             ),
         };
-        (
-            ProblemKind::EventIdInvalid.response(detail),
-            "invalid_key",
-        )
+        (ProblemKind::EventIdInvalid.response(detail), "invalid_key")
     })
 }
 
@@ -154,8 +151,9 @@ fn json_value(
             Ok(number.to_string())
         }
         Some(_) => Err((
-            ProblemKind::EventIdInvalid
-                .response(format!("the event id in {source} must be a string or an integer")),
+            ProblemKind::EventIdInvalid.response(format!(
+                "the event id in {source} must be a string or an integer"
+            )),
             "invalid_key",
         )),
         None => Err(missing(format!(
@@ -597,8 +595,7 @@ mod tests {
     /// The test vector of the Standard Webhooks specification.
     #[test]
     fn the_specifications_example_signature() {
-        let verifier =
-            WebhookVerifier::new("x", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let verifier = WebhookVerifier::new("x", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
         let body = br#"{"test": 2432232314}"#;
         assert_eq!(
             verifier.sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body),

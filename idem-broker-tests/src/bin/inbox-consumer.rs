@@ -45,8 +45,12 @@ struct Options {
 
 fn options() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
-    let database = args.next().ok_or("usage: inbox-consumer <database url> <queue> ..")?;
-    let queue = args.next().ok_or("usage: inbox-consumer <database url> <queue> ..")?;
+    let database = args
+        .next()
+        .ok_or("usage: inbox-consumer <database url> <queue> ..")?;
+    let queue = args
+        .next()
+        .ok_or("usage: inbox-consumer <database url> <queue> ..")?;
     let mut options = Options {
         database,
         queue,
@@ -56,7 +60,10 @@ fn options() -> Result<Options, String> {
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--nack-first" => {
-                let n = args.next().and_then(|n| n.parse().ok()).ok_or("--nack-first N")?;
+                let n = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--nack-first N")?;
                 options.nack_every = Some(n);
             }
             "--stall" => {
@@ -65,7 +72,10 @@ fn options() -> Result<Options, String> {
                     Some("before-commit") => Stall::BeforeCommit,
                     _ => return Err("--stall after-commit|before-commit K".to_owned()),
                 };
-                let k = args.next().and_then(|k| k.parse().ok()).ok_or("--stall .. K")?;
+                let k = args
+                    .next()
+                    .and_then(|k| k.parse().ok())
+                    .ok_or("--stall .. K")?;
                 options.stall = Some((when, k));
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -171,11 +181,12 @@ async fn consume<DB: Effects>(pool: Pool<DB>, options: &Options) -> Result<(), S
         }
         tx.commit().await.map_err(db)?;
         commits += 1;
-        let word = if outcome == Delivery::First { "first" } else { "duplicate" };
-        println!(
-            "delivery {id} redelivered={} {word}",
-            delivery.redelivered
-        );
+        let word = if outcome == Delivery::First {
+            "first"
+        } else {
+            "duplicate"
+        };
+        println!("delivery {id} redelivered={} {word}", delivery.redelivered);
         if options.stall == Some((Stall::AfterCommit, commits)) {
             println!("stalled {id}");
             std::future::pending::<()>().await;
