@@ -584,7 +584,7 @@ impl<DB: Backend> ExpiryHandle<DB> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SweepReport {
-    /// Rows deleted.
+    /// Rows deleted: keys, and the consumer inbox's expired entries ([`Inbox`](crate::Inbox)).
     pub rows_deleted: u64,
     /// Batches that deleted at least one row; each deleted at most the batch size. The
     /// final probe that finds nothing left is not counted.
