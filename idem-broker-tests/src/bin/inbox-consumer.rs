@@ -194,7 +194,7 @@ async fn consume<DB: Effects>(pool: Pool<DB>, options: &Options) -> Result<(), S
         let number: u64 = id.trim_start_matches("msg-").parse().unwrap_or(0);
         let nack = options
             .nack_every
-            .is_some_and(|n| number % n == 0 && !delivery.redelivered);
+            .is_some_and(|n| number.is_multiple_of(n) && !delivery.redelivered);
         if nack {
             delivery
                 .nack(BasicNackOptions {
