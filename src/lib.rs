@@ -98,11 +98,110 @@
 //!
 //! | the operation | what makes it idempotent | idem's part |
 //! |---|---|---|
-//! | the client can name the resource (it generates the order's id) | `PUT /orders/{id}` or a unique constraint on the id; a repeat finds the row | none needed |
-//! | the business already has a unique fact (invoice number, provider's event id) | a unique constraint on it; on conflict, answer with the existing record | none needed |
+//! | the client can name the resource (it generates the order's id) | `PUT /orders/{id}` or a unique constraint on the id; a repeat finds the row | nothing to add; in an `#[idempotent]` handler, write the row with `INSERT .. ON CONFLICT (id) DO NOTHING RETURNING ..` on `&mut *tx` and, when it returns no row, `SELECT` the existing one and answer with it (see [natural keys](#natural-keys-inside-idems-transaction)) |
+//! | the business already has a unique fact (invoice number, provider's event id) | a unique constraint on it; on conflict, answer with the existing record | the same: `ON CONFLICT DO NOTHING`, then read and answer the existing record, in idem's [`Tx`]; a plain `INSERT` that hits the constraint aborts the transaction on PostgreSQL |
 //! | a `POST` that creates or charges, and the client cannot name the result | an `Idempotency-Key` and a stored response | `#[idempotent]` with a [`Tx`] parameter |
 //! | several steps, some of them calls to other services | a key, a recovery point per step, and a key derived for each provider | `#[idempotent(lease = ..)]` with [`Phases`] and [`Phases::derived_key`] |
-//! | consuming messages or webhooks | a dedupe row per message id, in the consumer's transaction | the [`Relay`] delivers idem's outbox at least once; consumers dedupe by [`Message::id`] |
+//! | receiving webhooks | the event's id as the key, scoped by the verified sender | `#[idempotent(key = header("webhook-id"))]` (or `key = json("id")`) with [`SignedWebhook`] as the scope: a redelivery gets the stored answer |
+//! | consuming queue messages | a dedupe row per message id, in the consumer's transaction | [`Inbox::receive`] in the consumer's transaction, then commit, then acknowledge; the [`Relay`] delivers idem's own outbox, deduplicated by [`Message::id`] |
+//!
+//! ## Natural keys inside idem's transaction
+//!
+//! When the request carries a unique fact, the constraint decides, and the handler
+//! answers a repeat with what is already there. Write it so that the conflict does not
+//! fail the statement: on PostgreSQL a failed statement aborts idem's transaction, and a
+//! 2xx after it is refused (`transaction-aborted`).
+//!
+//! ```no_run
+//! # use actix_web::{HttpResponse, web};
+//! # async fn f(tx: &mut idem::Tx<'_>, number: &str, amount: i64) -> Result<HttpResponse, sqlx::Error> {
+//! let inserted: Option<i64> = sqlx::query_scalar(
+//!     "INSERT INTO invoices (number, amount) VALUES ($1, $2)
+//!      ON CONFLICT (number) DO NOTHING RETURNING id",
+//! )
+//! .bind(number)
+//! .bind(amount)
+//! .fetch_optional(&mut **tx)
+//! .await?;
+//! Ok(match inserted {
+//!     Some(id) => HttpResponse::Created().json(serde_json::json!({ "id": id })),
+//!     None => {
+//!         // The invoice exists: answer with it (a different amount is the caller's error).
+//!         let (id, stored): (i64, i64) =
+//!             sqlx::query_as("SELECT id, amount FROM invoices WHERE number = $1")
+//!                 .bind(number)
+//!                 .fetch_one(&mut **tx)
+//!                 .await?;
+//!         if stored == amount {
+//!             HttpResponse::Ok().json(serde_json::json!({ "id": id }))
+//!         } else {
+//!             HttpResponse::Conflict().finish()
+//!         }
+//!     }
+//! })
+//! # }
+//! ```
+//!
+//! ## Webhooks
+//!
+//! A sender that retries (payment providers do, for days) names each event by an id: in
+//! a header (`webhook-id` in Standard Webhooks, `X-GitHub-Delivery`) or in the body
+//! (Stripe's `id`). `key = header("..")` or `key = json("..")` makes that id the key, in
+//! place of `Idempotency-Key`; the scope is the sender, from an extractor that verifies
+//! the delivery's signature, so an unverified delivery is refused before anything is
+//! stored. [`SignedWebhook`] is that extractor for Standard Webhooks signatures, with a
+//! [`WebhookVerifier`] in the app data. A redelivery of a processed event gets the stored
+//! answer without running the handler; a concurrent one waits or gets 409, which the
+//! sender retries; the same id with a different body is a 422, logged as an error. Keep
+//! the retention longer than the sender retries.
+//!
+//! ```no_run
+//! use actix_web::{App, HttpResponse, HttpServer, post, web};
+//! use idem::idempotent;
+//!
+//! #[post("/webhooks/provider")]
+//! #[idempotent(scope = sender, key = header("webhook-id"), retention = "5d")]
+//! async fn provider_event(
+//!     sender: idem::SignedWebhook,
+//!     tx: idem::Tx,
+//!     event: web::Json<serde_json::Value>,
+//! ) -> actix_web::Result<HttpResponse> {
+//!     sqlx::query("INSERT INTO charge_events (event_id, body) VALUES ($1, $2)")
+//!         .bind(sender.id())
+//!         .bind(event.to_string())
+//!         .execute(&mut *tx)
+//!         .await
+//!         .map_err(actix_web::error::ErrorInternalServerError)?;
+//!     Ok(HttpResponse::Ok().finish())
+//! }
+//!
+//! #[actix_web::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let pool = sqlx::PgPool::connect("postgres://localhost/shop").await?;
+//!     idem::migrate(&pool).await?;
+//!     let idem = idem::Idem::new(pool);
+//!     let verifier = idem::WebhookVerifier::new("provider", &std::env::var("WEBHOOK_SECRET")?)?;
+//!     HttpServer::new(move || {
+//!         App::new()
+//!             .app_data(idem.clone())
+//!             .app_data(verifier.clone())
+//!             .service(provider_event)
+//!     })
+//!     .bind("127.0.0.1:8080")?
+//!     .run()
+//!     .await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ## Queue consumers
+//!
+//! A broker delivers at least once: a consumer that dies after its effects and before its
+//! acknowledgement gets the message again. [`Inbox::receive`] writes a row for the
+//! message in the consumer's own transaction, with its effects: a redelivery finds it
+//! ([`Delivery::Duplicate`]: commit and acknowledge, no effect), and a crash before the
+//! commit leaves none (the redelivery is processed). Entries expire after the inbox's
+//! retention, swept by the [`Expiry`] task. See [`Inbox`] for the loop.
 //!
 //! # Attribute arguments
 //!
@@ -112,6 +211,7 @@
 //! | `retention = "<duration>"` | no (`"24h"`) | how long keys are kept and replayed (`"36h"`, `"7d"`); at least 24 hours, at most `"100000y"` |
 //! | `lease = "<duration>"` | with a [`Phases`] parameter, and only then | how long an attempt holds the key before a retry may take it over (`"30s"`); at least 1 s, at most the retention |
 //! | `crate = <path>` | no (`::idem`) | the path the generated code reaches idem by: a renamed dependency (`crate = keys`) or a re-export (`crate = platform::keys`) |
+//! | `key = header("<name>")` or `key = json("<field>")` | no (the `Idempotency-Key` header) | where the key is instead: a request header, or a field of the JSON body (a member's name, or a JSON Pointer such as `"/data/id"`), a string or an integer; for webhook receivers |
 //!
 //! Every mistake is a compile error at the token to change: an unknown argument, a
 //! scope that names no parameter, a retention under 24 hours or over `"100000y"` (the
@@ -211,6 +311,12 @@ pub use idem_runtime::{
     Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
     IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, Phases, Policy, ScopeKey, TaskHandle, Tx,
     UnverifiedScope, migrate, policies,
+};
+/// Webhook receivers (the key from a header or the body, the sender verified) and the
+/// consumer inbox for queue messages.
+pub use idem_runtime::{
+    Delivery, Inbox, KeySource, SecretError, SignatureError, SignedWebhook, WEBHOOK_ID,
+    WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookRejected, WebhookVerifier,
 };
 
 // The root names of the items now grouped in `admin`, `outbox` and `phased`, kept out of

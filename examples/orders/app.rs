@@ -297,7 +297,7 @@ impl TestHooks {
     }
 
     /// Runs after the order row is inserted and before the response is returned.
-    async fn after_insert(&self) -> Result<(), AppError> {
+    pub(crate) async fn after_insert(&self) -> Result<(), AppError> {
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
@@ -369,7 +369,7 @@ async fn get_order<DB: Store>(
 
 /// Malformed JSON is a 400, well-formed JSON that is not a valid order a 422, and any
 /// other content type a 415. All of them happen before the key is claimed.
-fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
+pub(crate) fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
     match error {
         JsonPayloadError::ContentType => AppError::UnsupportedMediaType,
         JsonPayloadError::Deserialize(error) if error.is_data() => {
@@ -397,6 +397,8 @@ pub(crate) enum AppError {
     InvalidOrder(String),
     /// 400: a query parameter the endpoint does not accept.
     InvalidQuery(String),
+    /// 422: a webhook delivery whose JSON is not a valid event.
+    InvalidEvent(String),
     /// 402: the amount is over the card limit. A business outcome, stored for replay.
     CardDeclined { amount_cents: i64 },
     /// 404: no such order for this account.
@@ -420,6 +422,7 @@ impl AppError {
             Self::BodyTooLarge(_) => "body-too-large",
             Self::InvalidOrder(_) => "invalid-order",
             Self::InvalidQuery(_) => "invalid-query",
+            Self::InvalidEvent(_) => "invalid-event",
             Self::CardDeclined { .. } => "card-declined",
             Self::NotFound => "order-not-found",
             Self::MethodNotAllowed(_) => "method-not-allowed",
@@ -437,6 +440,7 @@ impl AppError {
             Self::BodyTooLarge(_) => "Request body too large",
             Self::InvalidOrder(_) => "Invalid order",
             Self::InvalidQuery(_) => "Invalid query parameter",
+            Self::InvalidEvent(_) => "Invalid event",
             Self::CardDeclined { .. } => "Card declined",
             Self::NotFound => "Order not found",
             Self::MethodNotAllowed(_) => "Method not allowed",
@@ -453,6 +457,7 @@ impl AppError {
             | Self::BodyTooLarge(detail)
             | Self::InvalidOrder(detail)
             | Self::InvalidQuery(detail)
+            | Self::InvalidEvent(detail)
             | Self::Unavailable(detail) => detail.clone(),
             Self::UnsupportedMediaType => "send the order as application/json".to_owned(),
             Self::CardDeclined { amount_cents } => format!(
@@ -492,7 +497,7 @@ impl ResponseError for AppError {
             Self::MalformedBody(_) | Self::InvalidQuery(_) => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::InvalidOrder(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::InvalidOrder(_) | Self::InvalidEvent(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::CardDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,

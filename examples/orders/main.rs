@@ -98,6 +98,7 @@ mod app;
 mod observability;
 mod openapi;
 mod payments;
+mod webhooks;
 
 use std::net::TcpListener;
 use std::process::ExitCode;
@@ -194,7 +195,7 @@ async fn main() -> ExitCode {
 }
 
 /// Migrates, then serves the same application on either database.
-async fn serve<DB: PaymentStore>(
+async fn serve<DB: PaymentStore + webhooks::WebhookStore>(
     pool: Pool<DB>,
     bind_addr: &str,
     crash_after: Option<&'static str>,
@@ -229,7 +230,18 @@ async fn serve<DB: PaymentStore>(
         }
     };
     let (local_addr, listener) = listener;
-    let settings = payments::Settings::new(format!("http://{local_addr}"), crash_after);
+    // The provider signs its webhooks with this secret, and the receiver verifies them.
+    let secret = std::env::var("PROVIDER_WEBHOOK_SECRET")
+        .unwrap_or_else(|_| webhooks::DEFAULT_SECRET.to_owned());
+    let verifier = match idem::WebhookVerifier::new(webhooks::SENDER, &secret) {
+        Ok(verifier) => verifier,
+        Err(error) => {
+            eprintln!("orders: PROVIDER_WEBHOOK_SECRET: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let settings = payments::Settings::new(format!("http://{local_addr}"), crash_after)
+        .with_webhooks(verifier.clone());
     let metrics = match observability::install_metrics() {
         Ok(metrics) => metrics,
         Err(error) => {
@@ -246,6 +258,7 @@ async fn serve<DB: PaymentStore>(
         App::new()
             .configure(|cfg| app::configure(cfg, &idem))
             .configure(|cfg| payments::configure::<DB>(cfg, settings.clone()))
+            .configure(|cfg| webhooks::configure::<DB>(cfg, verifier.clone()))
             .configure(|cfg| observability::configure(cfg, &metrics))
     });
     let server = match server.listen(listener) {

@@ -18,7 +18,7 @@ use utoipa::{OpenApi, ToSchema};
 #[derive(OpenApi)]
 #[openapi(
     info(title = "orders", description = "The idem example service"),
-    paths(create_order, list_orders, get_order, create_payment, get_payment),
+    paths(create_order, list_orders, get_order, create_payment, get_payment, provider_event),
     modifiers(&IdempotencyDocs)
 )]
 pub(crate) struct ApiDoc;
@@ -131,6 +131,51 @@ fn create_payment() {}
 )]
 #[allow(dead_code)] // the handler is `payments::get_payment`
 fn get_payment() {}
+
+/// The body of `POST /webhooks/provider`: an event of the payment provider.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only
+struct Event {
+    /// The event's id: the same as its `webhook-id` header.
+    id: String,
+    /// `charge.succeeded` is recorded; any other type is acknowledged and ignored.
+    #[schema(rename = "type", example = "charge.succeeded")]
+    kind: String,
+    data: ChargeData,
+}
+
+/// What a `charge.succeeded` event says about its charge.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only
+struct ChargeData {
+    charge_id: String,
+    #[schema(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
+    amount_cents: i64,
+    currency: String,
+}
+
+/// Receives the payment provider's signed events (`webhooks::provider_event`): Standard
+/// Webhooks signatures, each event recorded once however often it is delivered.
+#[utoipa::path(
+    post,
+    path = "/webhooks/provider",
+    request_body = Event,
+    params(
+        ("webhook-timestamp" = String, Header, description = "When the provider sent this delivery, in seconds since the Unix epoch; at most 5 minutes from the receiver's clock"),
+        ("webhook-signature" = String, Header, description = "Space-separated `v1,<base64>` signatures: HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` with the provider's secret"),
+    ),
+    responses(
+        (status = 200, description = "The event is recorded (`{\"event_id\": .., \"recorded\": true}`), or ignored for a type other than `charge.succeeded` (`recorded: false`)"),
+        (status = 400, description = "`malformed-body`: the body is not JSON"),
+        (status = 401, description = "`webhook-signature-invalid` (an idem problem type): the signature headers are missing, the timestamp is too far from now, or no signature matches"),
+        (status = 413, description = "`body-too-large`: the body is over the JSON limit"),
+        (status = 415, description = "`unsupported-media-type`: the body is not sent as `application/json`"),
+        (status = 422, description = "`invalid-event`: the body is not a valid event, or its `id` is not its `webhook-id`"),
+        (status = 500, description = "`internal-error`: the database failed; nothing was saved, the provider delivers again"),
+    )
+)]
+#[allow(dead_code)] // the handler is `webhooks::provider_event`
+fn provider_event() {}
 
 /// The header every operation needs: the caller, a positive 64-bit integer.
 #[derive(utoipa::IntoParams)]

@@ -50,6 +50,9 @@ const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Settings {
     provider: Provider,
     crash_after: Option<&'static str>,
+    /// The provider's webhook signer: set, the provider announces each new charge with a
+    /// signed `charge.succeeded` event to `POST /webhooks/provider`.
+    webhooks: Option<idem::WebhookVerifier>,
 }
 
 impl Settings {
@@ -59,6 +62,15 @@ impl Settings {
         Self {
             provider: Provider::new(provider_base_url),
             crash_after,
+            webhooks: None,
+        }
+    }
+
+    /// The provider signs its webhook deliveries with `signer`'s secret.
+    pub(crate) fn with_webhooks(self, signer: idem::WebhookVerifier) -> Self {
+        Self {
+            webhooks: Some(signer),
+            ..self
         }
     }
 
@@ -332,6 +344,7 @@ async fn provider_charge<DB: PaymentStore>(
     req: HttpRequest,
     body: web::Bytes,
     pool: web::Data<Pool<DB>>,
+    settings: web::Data<Settings>,
 ) -> Result<HttpResponse, PaymentError> {
     let key = req
         .headers()
@@ -345,7 +358,24 @@ async fn provider_charge<DB: PaymentStore>(
     // finds its row (in a second statement if the first committed while it waited).
     let inserted = DB::insert_charge(&pool, key, request.amount_cents, &request.currency).await?;
     let (status, id) = match inserted {
-        Some(id) => (StatusCode::CREATED, id),
+        Some(id) => {
+            if let Some(signer) = &settings.webhooks {
+                let event = crate::webhooks::Event {
+                    id: format!("evt_ch_{id}"),
+                    kind: "charge.succeeded".to_owned(),
+                    data: crate::webhooks::ChargeData {
+                        charge_id: format!("ch_{id}"),
+                        amount_cents: request.amount_cents,
+                        currency: request.currency.clone(),
+                    },
+                };
+                let client = settings.provider.client.clone();
+                let url = format!("{}{}", settings.provider.base_url, crate::webhooks::PATH);
+                // Delivered after the answer, as a provider does, in the background.
+                actix_web::rt::spawn(deliver_event(client, url, signer.clone(), event));
+            }
+            (StatusCode::CREATED, id)
+        }
         None => {
             let (id, amount_cents, currency) = DB::repeat_charge(&pool, key).await?;
             if amount_cents != request.amount_cents || currency != request.currency {
@@ -359,6 +389,56 @@ async fn provider_charge<DB: PaymentStore>(
         amount_cents: request.amount_cents,
         currency: request.currency,
     }))
+}
+
+/// How often the provider delivers an event at most, and the first pause between two
+/// deliveries (doubled after each failure). A real provider retries for days.
+const WEBHOOK_ATTEMPTS: u32 = 8;
+const WEBHOOK_FIRST_PAUSE: Duration = Duration::from_millis(500);
+
+/// The provider's side of a webhook: delivers `event` until it gets a 2xx, signing each
+/// delivery anew (its own `webhook-timestamp`), again on any other answer and on a
+/// timeout (the client's [`PROVIDER_TIMEOUT`]), as Standard Webhooks senders do.
+async fn deliver_event(
+    client: reqwest::Client,
+    url: String,
+    signer: idem::WebhookVerifier,
+    event: crate::webhooks::Event,
+) {
+    let body = serde_json::to_vec(&event).expect("an event serializes");
+    let mut pause = WEBHOOK_FIRST_PAUSE;
+    for attempt in 1..=WEBHOOK_ATTEMPTS {
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let answer = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &event.id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header(
+                "webhook-signature",
+                signer.sign(&event.id, timestamp, &body),
+            )
+            .body(body.clone())
+            .send()
+            .await;
+        match answer {
+            Ok(response) if response.status().is_success() => return,
+            Ok(response) => eprintln!(
+                "orders: provider: webhook {} attempt {attempt} answered {}",
+                event.id,
+                response.status()
+            ),
+            Err(error) => eprintln!(
+                "orders: provider: webhook {} attempt {attempt} failed: {error}",
+                event.id
+            ),
+        }
+        tokio::time::sleep(pause).await;
+        pause *= 2;
+    }
+    eprintln!("orders: provider: gave up on webhook {}", event.id);
 }
 
 /// Starts the relay that delivers receipts from idem's outbox into `receipts`. Delivery

@@ -8,6 +8,7 @@ use syn::{Ident, ReturnType};
 
 use crate::model::{Expansion, Fallback, Model, Rejected, Shell};
 use crate::syntax::Role;
+use crate::validate::KeySpec;
 
 impl ToTokens for Expansion {
     fn to_tokens(&self, tokens: &mut TokenStream) {
@@ -106,6 +107,10 @@ impl ToTokens for Model {
             .lease
             .map(|lease| u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
         let with_lease = lease_ms.map(|lease_ms| quote!(.with_lease(#lease_ms)));
+        let with_key = self.key.as_ref().map(|key| match key {
+            KeySpec::Header(name) => quote!(.with_key(#krate::__private::KeySource::Header(#name))),
+            KeySpec::Json(field) => quote!(.with_key(#krate::__private::KeySource::Json(#field))),
+        });
 
         let mut extractions = Vec::new();
         let mut call_args = Vec::new();
@@ -186,7 +191,7 @@ impl ToTokens for Model {
                     ::core::module_path!(),
                     #scope_name,
                     #retention_secs,
-                )#with_route #with_lease;
+                )#with_route #with_lease #with_key;
                 #krate::__private::inventory::submit! {
                     #krate::__private::Registration(&#policy)
                 }

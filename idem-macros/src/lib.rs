@@ -36,6 +36,9 @@ mod validate;
 ///   holds the key before a retry may take it over, e.g. `"30s"`.
 /// - `crate = <path>` (default `::idem`): the path the generated code reaches idem by,
 ///   for a renamed dependency or a re-export, e.g. `crate = my_idem`.
+/// - `key = header("<name>")` or `key = json("<field>")` (default: the `Idempotency-Key`
+///   header): a webhook event's id as the key, from a request header or a field of the
+///   JSON body (a member's name, or a JSON Pointer starting with `/`).
 ///
 /// The phased form:
 ///

@@ -33,6 +33,8 @@ pub(crate) struct Model {
     pub(crate) retention: Duration,
     /// The phased form's lease; `Some` exactly when a parameter is `Phases`.
     pub(crate) lease: Option<Duration>,
+    /// A webhook handler's key source (`key = ..`); `None`: the `Idempotency-Key` header.
+    pub(crate) key: Option<validate::KeySpec>,
     /// The method and path of the one route attribute written below `#[idempotent]`,
     /// for the registry.
     pub(crate) route: Option<(String, LitStr)>,
@@ -105,6 +107,10 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
         Arg::Unreadable => None,
     };
     let lease = lease(&args, params.phases.as_ref(), retention, &mut errors);
+    let key = args
+        .key
+        .given()
+        .and_then(|key| validate::key(key).map_err(|error| errors.push(error)).ok());
     if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
         errors.push(phases_with_tx(phases, tx));
     }
@@ -130,6 +136,7 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
             scope,
             retention: retention.unwrap_or(validate::MIN_RETENTION),
             lease,
+            key,
             route: attrs.route,
         }),
         (_, error) => {

@@ -10,7 +10,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token};
 use crate::errors::Errors;
 
 /// The valid argument names, as listed in error messages.
-const KEYS: &str = "`scope`, `retention`, `lease` or `crate`";
+const KEYS: &str = "`scope`, `retention`, `lease`, `key` or `crate`";
 
 /// One argument as the list left it.
 pub(crate) enum Arg<T> {
@@ -43,6 +43,8 @@ pub(crate) struct Args {
     /// `crate = <path>`: where the generated code finds idem, for a renamed dependency
     /// or a re-export.
     pub(crate) krate: Arg<syn::Path>,
+    /// `key = header("..")` or `key = json("..")`: a webhook event's id is the key.
+    pub(crate) key: Arg<KeyArg>,
     /// The whole argument list, for "missing argument" errors.
     pub(crate) span: Span,
 }
@@ -60,6 +62,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         retention: Arg::Absent,
         lease: Arg::Absent,
         krate: Arg::Absent,
+        key: Arg::Absent,
         span,
     };
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
@@ -70,6 +73,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             args.retention = Arg::Unreadable;
             args.lease = Arg::Unreadable;
             args.krate = Arg::Unreadable;
+            args.key = Arg::Unreadable;
             return args;
         }
     };
@@ -94,6 +98,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             ),
             "lease" => set(&mut args.lease, name, duration(name, &pair.value, "30s")),
             "crate" => set(&mut args.krate, name, crate_path(&pair.value)),
+            "key" => set(&mut args.key, name, key_source(&pair.value)),
             _ => Err(unknown(&pair.path)),
         };
         if let Err(error) = stored {
@@ -172,6 +177,70 @@ fn crate_path(value: &Expr) -> syn::Result<syn::Path> {
              dependency renamed to `my_idem`",
         )
     })
+}
+
+/// Where the key comes from instead of the `Idempotency-Key` header, as written.
+pub(crate) enum KeyArg {
+    /// `header("webhook-id")`: a request header.
+    Header(LitStr),
+    /// `json("id")`: a field of the JSON body (a JSON Pointer when it starts with `/`).
+    Json(LitStr),
+}
+
+const KEY_FORMS: &str = "`key = header(\"webhook-id\")` for a request header or \
+                         `key = json(\"id\")` for a field of the JSON body";
+
+/// `key = header("webhook-id")` or `key = json("id")`; the value is checked by `validate`.
+fn key_source(value: &Expr) -> syn::Result<KeyArg> {
+    let Expr::Call(call) = value else {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!("`key` names where the event's id is: write {KEY_FORMS}"),
+        ));
+    };
+    let func = match &*call.func {
+        Expr::Path(ExprPath {
+            qself: None, path, ..
+        }) => path.get_ident(),
+        _ => None,
+    };
+    let Some(func) = func else {
+        return Err(syn::Error::new_spanned(
+            &call.func,
+            format!("unknown key source: write {KEY_FORMS}"),
+        ));
+    };
+    let make: fn(LitStr) -> KeyArg = match func.to_string().as_str() {
+        "header" => KeyArg::Header,
+        "json" => KeyArg::Json,
+        other => {
+            return Err(syn::Error::new(
+                func.span(),
+                format!("unknown key source `{other}`: write {KEY_FORMS}"),
+            ));
+        }
+    };
+    let mut args = call.args.iter();
+    match (args.next(), args.next()) {
+        (
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            })),
+            None,
+        ) => Ok(make(lit.clone())),
+        (Some(arg), None) => Err(syn::Error::new_spanned(
+            arg,
+            format!("`{func}(..)` takes a string literal: write {KEY_FORMS}"),
+        )),
+        (None, _) => Err(syn::Error::new(
+            call.paren_token.span.join(),
+            format!("`{func}(..)` takes one string literal: write {KEY_FORMS}"),
+        )),
+        (Some(_), Some(extra)) => Err(syn::Error::new_spanned(
+            extra,
+            format!("`{func}(..)` takes one string literal; remove the others"),
+        )),
+    }
 }
 
 fn unknown(path: &syn::Path) -> syn::Error {

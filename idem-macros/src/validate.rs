@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use syn::LitStr;
 
+use crate::parse::KeyArg;
 use crate::syntax::RouteMethod;
 
 /// Keys must outlive the longest retry horizon; the protocol sets the floor at a day.
@@ -121,4 +122,71 @@ pub(crate) fn lease(
         ));
     }
     Ok(value)
+}
+
+/// Where a webhook handler's key comes from, checked.
+pub(crate) enum KeySpec {
+    /// A request header's name, in lowercase.
+    Header(String),
+    /// A top-level JSON member's name, or a JSON Pointer.
+    Json(String),
+}
+
+/// A header name must be an HTTP token (RFC 9110, 5.6.2) and not `Idempotency-Key`,
+/// which is the key without `key`; a JSON field must be named, and a JSON Pointer's `~`
+/// must escape `0` or `1` (RFC 6901).
+pub(crate) fn key(key: &KeyArg) -> syn::Result<KeySpec> {
+    match key {
+        KeyArg::Header(lit) => {
+            let name = lit.value();
+            let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if name.is_empty() {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "the header name is empty: write the header that carries the event's id, \
+                     e.g. `header(\"webhook-id\")`",
+                ));
+            }
+            if let Some(bad) = name.chars().find(|&c| !tchar(c)) {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`{name}` is not a header name: {bad:?} is not allowed in one (letters, \
+                         digits and !#$%&'*+-.^_`|~ are)"
+                    ),
+                ));
+            }
+            if name.eq_ignore_ascii_case("idempotency-key") {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "`Idempotency-Key` is the key already when `key` is not given: remove `key`",
+                ));
+            }
+            Ok(KeySpec::Header(name.to_ascii_lowercase()))
+        }
+        KeyArg::Json(lit) => {
+            let field = lit.value();
+            if field.is_empty() {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "the JSON field is empty: name the body's member that holds the event's id, \
+                     e.g. `json(\"id\")`, or a JSON Pointer such as `json(\"/data/id\")`",
+                ));
+            }
+            let bad_escape = field.starts_with('/')
+                && field
+                    .match_indices('~')
+                    .any(|(at, _)| !matches!(field.as_bytes().get(at + 1), Some(b'0' | b'1')));
+            if bad_escape {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`{field}` is not a JSON Pointer: `~` must be followed by `0` (for `~`) \
+                         or `1` (for `/`)"
+                    ),
+                ));
+            }
+            Ok(KeySpec::Json(field))
+        }
+    }
 }

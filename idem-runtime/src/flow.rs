@@ -115,6 +115,7 @@ pub async fn prepare<DB: Backend>(
             )));
         }
     };
+    crate::webhook::keep_raw_body(&req, &body);
     Ok(Prepared {
         idem,
         policy,
@@ -176,6 +177,7 @@ impl<DB: Backend> Prepared<DB> {
             .await;
         span.record("outcome", outcome.as_str());
         crate::metrics::outcome(policy, outcome);
+        crate::webhook::after(policy, outcome);
         response
     }
 
@@ -184,16 +186,8 @@ impl<DB: Backend> Prepared<DB> {
     // boxing it would only add an allocation.
     #[allow(clippy::result_large_err)]
     pub(crate) fn identify(&self) -> Result<Identity<'_>, (HttpResponse, Outcome)> {
-        let key = match IdempotencyKey::from_headers(self.req.headers()) {
-            Ok(key) => key,
-            Err(error) => {
-                let kind = match error {
-                    crate::KeyError::Missing => ProblemKind::KeyMissing,
-                    _ => ProblemKind::KeyInvalid,
-                };
-                return Err((kind.response(error.to_string()), Outcome::InvalidKey));
-            }
-        };
+        // The `Idempotency-Key` header, or a webhook event's id where the policy says.
+        let key = crate::webhook::key_of(self.policy, self.req.headers(), &self.content)?;
         let method = self.req.method().as_str();
         let path = Fingerprint::canonical_target(
             self.req

@@ -13,6 +13,7 @@ pub mod encryption;
 mod encryption;
 mod fingerprint;
 mod flow;
+mod inbox;
 mod key;
 mod maintenance;
 #[cfg(feature = "metrics")]
@@ -30,11 +31,13 @@ mod registry;
 mod scope;
 mod store;
 mod tx;
+mod webhook;
 
 // What a handler and its application use, at the root.
 pub use config::Idem;
 pub use fingerprint::{Fingerprint, InvalidJson};
 pub use flow::IDEMPOTENT_REPLAYED;
+pub use inbox::{Delivery, Inbox};
 pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use maintenance::{TaskHandle, migrate};
 pub use phased::Phases;
@@ -43,6 +46,10 @@ pub use registry::policies;
 pub use scope::{ScopeKey, UnverifiedScope};
 pub use store::{Backend, DefaultBackend};
 pub use tx::Tx;
+pub use webhook::{
+    KeySource, SecretError, SignatureError, SignedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE,
+    WEBHOOK_TIMESTAMP, WebhookRejected, WebhookVerifier,
+};
 
 /// The operator's side: the expiry sweep, idem's schema, the views of the key table, and
 /// the repair of keys whose operation never finished.
@@ -84,6 +91,7 @@ pub mod __private {
     pub use crate::flow::{Prepared, extract, prepare, respond};
     pub use crate::policy::Policy;
     pub use crate::registry::Registration;
+    pub use crate::webhook::KeySource;
     pub use actix_web::dev::Payload;
     pub use actix_web::web::Payload as WebPayload;
     pub use actix_web::{HttpRequest, HttpResponse};

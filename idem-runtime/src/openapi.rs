@@ -198,18 +198,54 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
         )))
         .schema(Some(key_schema))
         .build();
+    // A webhook handler's key is the event's id, from a header or the body.
+    let source = policy.key_source();
+    let key = match source {
+        None => Some(key),
+        Some(crate::KeySource::Header(name)) => Some(
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Header)
+                .required(Required::True)
+                .description(Some(format!(
+                    "The event's id, the same on every delivery of the event: 1 to \
+                     {MAX_KEY_LEN} visible ASCII characters. The first delivery runs the \
+                     operation; a redelivery within {readable} gets the stored response."
+                )))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .min_length(Some(1))
+                        .max_length(Some(2 + 2 * MAX_KEY_LEN))
+                        .pattern(Some(key_pattern())),
+                ))
+                .build(),
+        ),
+        Some(crate::KeySource::Json(_)) => None,
+    };
     let parameters = operation.parameters.get_or_insert_with(Vec::new);
-    parameters
-        .retain(|p| !matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case("Idempotency-Key")));
-    parameters.push(RefOr::T(key));
+    if let Some(key) = key {
+        let name = key.name.clone();
+        parameters.retain(|p| !matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(&name)));
+        parameters.push(RefOr::T(key));
+    }
 
-    let note = format!(
-        "**Idempotent.** Send an `Idempotency-Key` header; the operation runs once per key \
+    let note = match source {
+        Some(source) => format!(
+            "**Idempotent per event.** The key is the event's id, from {source}; the first \
+             delivery of an event runs the operation and a redelivery gets the stored \
+             response again, with `Idempotent-Replayed: true`. Keys are scoped by `{}` and \
+             expire {readable} after first use. The same id with a different body gets 422.",
+            policy.scope()
+        ),
+        None => format!(
+            "**Idempotent.** Send an `Idempotency-Key` header; the operation runs once per key \
          and a retry with the same key and request gets the stored response again, with \
          `Idempotent-Replayed: true`. Keys are scoped by `{}` and expire {readable} after \
          first use. The same key with a different method, path or body gets 422.",
-        policy.scope()
-    );
+            policy.scope()
+        ),
+    };
     operation.description = Some(match operation.description.take() {
         Some(text) if !text.is_empty() => format!("{text}\n\n{note}"),
         _ => note,
@@ -223,6 +259,14 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
         "fingerprint": "method, path, query parameters by name, and body decoded from its Content-Encoding (JSON canonicalized with exact numbers, form fields by name)",
         "key_max_length": MAX_KEY_LEN,
     });
+    match source {
+        Some(crate::KeySource::Header(name)) => published["header"] = serde_json::json!(name),
+        Some(crate::KeySource::Json(field)) => {
+            published["header"] = serde_json::Value::Null;
+            published["body_field"] = serde_json::json!(field);
+        }
+        None => {}
+    }
     // The phased form: how long a crashed attempt holds the key before a retry resumes it.
     if let Some(lease) = policy.lease() {
         published["lease_ms"] = serde_json::json!(lease.as_millis());
@@ -252,14 +296,28 @@ pub fn document_operation(operation: &mut Operation, policy: &Policy) {
     for (status, text, kinds, extra_header) in [
         (
             "400",
-            "The `Idempotency-Key` header is missing or malformed, or the body does not parse \
-             as JSON or decode as its `Content-Encoding` says",
-            &[
-                ProblemKind::KeyMissing,
-                ProblemKind::KeyInvalid,
-                ProblemKind::BodyInvalid,
-                ProblemKind::EncodingInvalid,
-            ][..],
+            if source.is_some() {
+                "The event's id is missing or malformed, or the body does not parse as JSON or \
+                 decode as its `Content-Encoding` says"
+            } else {
+                "The `Idempotency-Key` header is missing or malformed, or the body does not parse \
+                 as JSON or decode as its `Content-Encoding` says"
+            },
+            if source.is_some() {
+                &[
+                    ProblemKind::EventIdMissing,
+                    ProblemKind::EventIdInvalid,
+                    ProblemKind::BodyInvalid,
+                    ProblemKind::EncodingInvalid,
+                ][..]
+            } else {
+                &[
+                    ProblemKind::KeyMissing,
+                    ProblemKind::KeyInvalid,
+                    ProblemKind::BodyInvalid,
+                    ProblemKind::EncodingInvalid,
+                ][..]
+            },
             None,
         ),
         (

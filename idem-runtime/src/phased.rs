@@ -672,6 +672,7 @@ impl<DB: Backend> Prepared<DB> {
             .await;
         span.record("outcome", outcome.as_str());
         crate::metrics::outcome(policy, outcome);
+        crate::webhook::after(policy, outcome);
         response
     }
 

@@ -22,6 +22,7 @@ pub struct Policy {
     retention_secs: u64,
     route: Option<(&'static str, &'static str)>,
     lease_ms: Option<u64>,
+    key: Option<crate::webhook::KeySource>,
 }
 
 impl Policy {
@@ -40,7 +41,22 @@ impl Policy {
             retention_secs,
             route: None,
             lease_ms: None,
+            key: None,
         }
+    }
+
+    /// The same policy with its key (a webhook event's id) taken from `key` instead of
+    /// the `Idempotency-Key` header: `#[idempotent(key = header("webhook-id"))]`.
+    pub const fn with_key(self, key: crate::webhook::KeySource) -> Self {
+        Self {
+            key: Some(key),
+            ..self
+        }
+    }
+
+    /// Where the key comes from when it is not the `Idempotency-Key` header.
+    pub fn key_source(&self) -> Option<crate::webhook::KeySource> {
+        self.key
     }
 
     /// The same policy in the phased form, with its `lease` in milliseconds.

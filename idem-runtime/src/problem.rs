@@ -9,6 +9,9 @@
 //! | 400 | `#idempotency-key-missing` | the endpoint requires a key and none was sent |
 //! | 400 | `#idempotency-key-invalid` | empty, over 255 characters, not visible ASCII, malformed quoting, or sent twice |
 //! | 400 | `#request-body-invalid` | the body claims to be JSON and is not |
+//! | 400 | `#event-id-missing` | a webhook handler's event id (its `key = header(..)` or `json(..)`) is absent |
+//! | 400 | `#event-id-invalid` | the event id is empty, over 255 characters, not visible ASCII, or its header is sent twice |
+//! | 401 | `#webhook-signature-invalid` | [`SignedWebhook`](crate::SignedWebhook): the delivery's signature headers are missing, its timestamp is outside the tolerance, or no signature matches |
 //! | 400 | `#request-body-encoding-invalid` | the body does not decode as its `Content-Encoding` (`gzip`, `deflate`, `br` or `zstd`) says |
 //! | 409 | `#request-in-progress` | the same key is still being processed; `Retry-After: 1` |
 //! | 413 | `#request-body-too-large` | the body exceeds [`Idem::max_request_bytes`](crate::Idem::max_request_bytes) |
@@ -33,6 +36,17 @@
 //! every retry of it.
 //! # idempotency-key-invalid
 //! Keys are 1 to 255 visible ASCII characters, bare or as a Structured Field string.
+//! # event-id-missing
+//! A webhook handler takes its key from the event: the header or JSON field its
+//! `#[idempotent(key = ..)]` names must be present. Nothing was stored.
+//! # event-id-invalid
+//! An event id is used as the key: 1 to 255 visible ASCII characters (a JSON field may be
+//! a string or an integer). Nothing was stored.
+//! # webhook-signature-invalid
+//! The delivery did not verify as its sender's: its `webhook-timestamp` and
+//! `webhook-signature` headers are missing, the timestamp is too far from the receiver's
+//! clock, or no signature matches the id, timestamp and body with the sender's secret.
+//! Refused before anything was stored; a sender retries with a fresh signature.
 //! # request-body-invalid
 //! A body sent with a JSON content type must parse as JSON.
 //! # request-body-encoding-invalid
@@ -144,6 +158,12 @@ pub enum ProblemKind {
     OperationFailed,
     /// 503: SQLite's one write lock stayed with other requests past the claim wait.
     StorageBusy,
+    /// 400: a webhook handler's event id (header or JSON field) is absent.
+    EventIdMissing,
+    /// 400: the event id is not a usable key.
+    EventIdInvalid,
+    /// 401: a webhook delivery's signature did not verify.
+    SignatureInvalid,
 }
 
 impl ProblemKind {
@@ -167,6 +187,9 @@ impl ProblemKind {
             Self::StorageUnavailable => "storage-unavailable",
             Self::OperationFailed => "operation-failed",
             Self::StorageBusy => "storage-busy",
+            Self::EventIdMissing => "event-id-missing",
+            Self::EventIdInvalid => "event-id-invalid",
+            Self::SignatureInvalid => "webhook-signature-invalid",
         }
     }
 
@@ -178,9 +201,13 @@ impl ProblemKind {
     /// The HTTP status this problem is sent with.
     pub fn status(self) -> StatusCode {
         match self {
-            Self::KeyMissing | Self::KeyInvalid | Self::BodyInvalid | Self::EncodingInvalid => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::KeyMissing
+            | Self::KeyInvalid
+            | Self::BodyInvalid
+            | Self::EncodingInvalid
+            | Self::EventIdMissing
+            | Self::EventIdInvalid => StatusCode::BAD_REQUEST,
+            Self::SignatureInvalid => StatusCode::UNAUTHORIZED,
             Self::InProgress => StatusCode::CONFLICT,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
@@ -215,6 +242,9 @@ impl ProblemKind {
             Self::StorageUnavailable => "Idempotency key store unavailable",
             Self::OperationFailed => "Operation marked failed by an operator",
             Self::StorageBusy => "Database busy with other requests",
+            Self::EventIdMissing => "Webhook event id missing",
+            Self::EventIdInvalid => "Webhook event id invalid",
+            Self::SignatureInvalid => "Webhook signature invalid",
         }
     }
 

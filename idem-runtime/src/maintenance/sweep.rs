@@ -385,6 +385,9 @@ impl<DB: Backend> Expiry<DB> {
                 () = tokio::time::sleep(self.pause) => {}
             }
         }
+        if !stopped {
+            self.sweep_inbox(&mut report).await;
+        }
         self.count_stranded(&mut report).await;
         report.duration = started.elapsed();
         self.update_stats(|stats| {
@@ -416,6 +419,26 @@ impl<DB: Backend> Expiry<DB> {
         SweepOutcome {
             result: Ok(report),
             stopped,
+        }
+    }
+
+    /// Deletes the consumer inbox's expired entries ([`Inbox`](crate::Inbox)), counted
+    /// with the keys in the report. A failure is logged; the keys' sweep stands.
+    async fn sweep_inbox(&self, report: &mut SweepReport) {
+        match crate::inbox::sweep(&self.pool, self.batch_size).await {
+            Ok((rows, batches)) => {
+                report.rows_deleted += rows;
+                report.batches += batches;
+                if rows > 0 {
+                    self.update_stats(|stats| {
+                        stats.batches += batches;
+                        stats.rows_deleted += rows;
+                    });
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "idem expiry sweep of the consumer inbox failed");
+            }
         }
     }
 
@@ -526,7 +549,7 @@ impl<DB: Backend> TaskHandle<Arc<Expiry<DB>>> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SweepReport {
-    /// Rows deleted.
+    /// Rows deleted: keys, and the consumer inbox's expired entries ([`Inbox`](crate::Inbox)).
     pub rows_deleted: u64,
     /// Batches that deleted at least one row; each deleted at most the batch size. The
     /// final probe that finds nothing left is not counted.

@@ -19,6 +19,7 @@ use std::time::Duration;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::{Pool, Transaction};
 
+pub(crate) mod inbox;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod records;
@@ -75,7 +76,12 @@ pub type DefaultBackend = sqlx::Sqlite;
     note = "the type parameter of `idem::Tx` and `idem::Phases` names the database of the `Idem` the app registers"
 )]
 pub trait Backend:
-    sqlx::Database + sealed::Sealed + PhaseStore + OutboxStore + MaintenanceStore
+    sqlx::Database
+    + sealed::Sealed
+    + PhaseStore
+    + OutboxStore
+    + MaintenanceStore
+    + inbox::InboxStore
 {
     /// What [`begin`](Self::begin) needs to open a request's transaction with a given
     /// claim wait, prepared once per setting rather than per request.

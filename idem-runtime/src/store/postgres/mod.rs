@@ -1,6 +1,7 @@
 //! The PostgreSQL key store: all of idem's SQL for PostgreSQL lives in this module, one
 //! file per concern (the single-transaction claim here, the others beside it).
 
+mod inbox;
 mod maintenance;
 mod outbox;
 mod phased;

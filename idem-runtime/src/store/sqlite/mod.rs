@@ -17,6 +17,7 @@
 //! Times are INTEGER microseconds since the Unix epoch, read from SQLite's clock
 //! ([`now!`]), which on one machine is the application's clock too.
 
+mod inbox;
 mod maintenance;
 mod outbox;
 mod phased;

@@ -1,0 +1,418 @@
+//! The example's webhook receiver, `POST /webhooks/provider`: its key is the event's
+//! `webhook-id` and its scope the sender verified by its Standard Webhooks signature.
+//! Every event is recorded once however often, and however concurrently, it is delivered;
+//! a delivery that does not verify, or has no usable id, is refused before anything is
+//! stored; the same id with another body is a 422 and the first delivery's effect stands.
+//! And a handler keyed by a field of its JSON body, on both databases.
+
+#[path = "../examples/orders/openapi.rs"]
+mod example_openapi;
+mod support;
+#[path = "../examples/orders/webhooks.rs"]
+mod webhooks;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix_web::test::TestRequest;
+use actix_web::{HttpResponse, post, web};
+use futures_util::future::join_all;
+use serde_json::json;
+// `webhooks.rs` names the example's app as `crate::app`, as in the binary.
+use support::app;
+use support::{Env, Reply, TestApp, TestBackend};
+
+const PARALLEL: usize = 20;
+
+fn signer() -> idem::WebhookVerifier {
+    idem::WebhookVerifier::new(webhooks::SENDER, webhooks::DEFAULT_SECRET)
+        .expect("the example's secret is base64")
+}
+
+fn now() -> i64 {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    i64::try_from(secs).expect("a timestamp in range")
+}
+
+/// A `charge.succeeded` event's body.
+fn event(id: &str, charge: &str, amount_cents: i64) -> String {
+    json!({
+        "id": id,
+        "type": "charge.succeeded",
+        "data": { "charge_id": charge, "amount_cents": amount_cents, "currency": "EUR" },
+    })
+    .to_string()
+}
+
+/// A delivery of `body` as event `id`, signed now by the provider, to `uri`.
+fn delivery(uri: &str, id: &str, body: &str) -> TestRequest {
+    let timestamp = now();
+    TestRequest::post()
+        .uri(uri)
+        .insert_header(("content-type", "application/json"))
+        .insert_header(("webhook-id", id))
+        .insert_header(("webhook-timestamp", timestamp.to_string()))
+        .insert_header((
+            "webhook-signature",
+            signer().sign(id, timestamp, body.as_bytes()),
+        ))
+        .set_payload(body.to_owned())
+}
+
+async fn receiver<DB: TestBackend + webhooks::WebhookStore>(env: &Env<DB>) -> TestApp {
+    support::service_with(&env.idem(), |cfg| {
+        webhooks::configure::<DB>(cfg, signer());
+    })
+    .await
+}
+
+async fn charge_events<DB: TestBackend>(env: &Env<DB>, event_id: &str) -> i64 {
+    DB::scalar(
+        &env.pool,
+        &format!("SELECT count(*) FROM charge_events WHERE event_id = '{event_id}'"),
+    )
+    .await
+}
+
+async fn all_charge_events<DB: TestBackend>(env: &Env<DB>) -> i64 {
+    DB::scalar(&env.pool, "SELECT count(*) FROM charge_events").await
+}
+
+fn assert_recorded(reply: &Reply, id: &str) {
+    assert_eq!(
+        reply.status,
+        200,
+        "status; body: {}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reply.json(), json!({ "event_id": id, "recorded": true }));
+}
+
+async fn twenty_concurrent_deliveries_record_the_event_once<DB>()
+where
+    DB: TestBackend + webhooks::WebhookStore,
+{
+    let env = Env::<DB>::open().await;
+    let app = receiver(&env).await;
+    let body = event("evt_1", "ch_1", 4200);
+    let replies: Vec<Reply> =
+        join_all((0..PARALLEL).map(|_| app.call(delivery(webhooks::PATH, "evt_1", &body)))).await;
+
+    let originals: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.status == 200 && !r.replayed())
+        .collect();
+    assert_eq!(
+        originals.len(),
+        1,
+        "one delivery runs the handler: {replies:#?}"
+    );
+    assert_recorded(originals[0], "evt_1");
+    for reply in &replies {
+        match reply.status {
+            200 if reply.replayed() => reply.assert_replay_of(originals[0]),
+            200 => {}
+            409 => {
+                reply.assert_idem_problem(409, "request-in-progress");
+            }
+            other => {
+                panic!("a concurrent delivery is answered 2xx or 409, not {other}: {reply:#?}")
+            }
+        }
+    }
+    assert_eq!(charge_events(&env, "evt_1").await, 1, "one effect");
+
+    // The provider's later redeliveries, each signed anew, get the stored answer.
+    for _ in 0..3 {
+        let again = app.call(delivery(webhooks::PATH, "evt_1", &body)).await;
+        again.assert_replay_of(originals[0]);
+    }
+    assert_eq!(charge_events(&env, "evt_1").await, 1, "still one effect");
+    assert_eq!(
+        env.key_rows().await,
+        [(
+            webhooks::SENDER.to_owned(),
+            "evt_1".to_owned(),
+            "completed".to_owned(),
+            Some(200)
+        )],
+        "the key is the event id, scoped by the sender"
+    );
+}
+
+/// The receiver fails after its insert and before the commit (the test hook panics
+/// there, in idem's transaction): nothing is stored, and the provider's redelivery
+/// records the event, once.
+async fn a_delivery_that_crashed_before_its_commit_is_processed_once_on_redelivery<DB>()
+where
+    DB: TestBackend + webhooks::WebhookStore,
+{
+    let env = Env::<DB>::open().await;
+    let app = receiver(&env).await;
+    let body = event("evt_crash", "ch_7", 700);
+    let crashed = app
+        .call(delivery(
+            &format!("{}?fail=panic", webhooks::PATH),
+            "evt_crash",
+            &body,
+        ))
+        .await;
+    crashed.assert_idem_problem(500, "handler-panicked");
+    assert_eq!(all_charge_events(&env).await, 0, "the insert rolled back");
+    assert_eq!(env.keys().await, 0, "and so did the key");
+
+    let redelivered = app.call(delivery(webhooks::PATH, "evt_crash", &body)).await;
+    assert!(!redelivered.replayed(), "the redelivery runs the handler");
+    assert_recorded(&redelivered, "evt_crash");
+    let again = app.call(delivery(webhooks::PATH, "evt_crash", &body)).await;
+    again.assert_replay_of(&redelivered);
+    assert_eq!(charge_events(&env, "evt_crash").await, 1, "recorded once");
+}
+
+async fn unverified_or_unkeyed_deliveries_are_refused_and_nothing_is_stored<DB>()
+where
+    DB: TestBackend + webhooks::WebhookStore,
+{
+    let env = Env::<DB>::open().await;
+    let app = receiver(&env).await;
+    let body = event("evt_2", "ch_2", 100);
+
+    // Signed with another secret.
+    let forger = idem::WebhookVerifier::new(webhooks::SENDER, "c29tZW9uZSBlbHNl").unwrap();
+    let t = now();
+    let forged = delivery(webhooks::PATH, "evt_2", &body)
+        .insert_header((
+            "webhook-signature",
+            forger.sign("evt_2", t, body.as_bytes()),
+        ))
+        .insert_header(("webhook-timestamp", t.to_string()));
+    let reply = app.call(forged).await;
+    let problem = reply.assert_idem_problem(401, "webhook-signature-invalid");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("no signature"),
+        "{problem}"
+    );
+
+    // A body altered after signing.
+    let altered = delivery(webhooks::PATH, "evt_2", &body).set_payload(event("evt_2", "ch_2", 1));
+    app.call(altered)
+        .await
+        .assert_idem_problem(401, "webhook-signature-invalid");
+
+    // A captured delivery replayed an hour later with its old signature.
+    let stale = now() - 3600;
+    let replayed = delivery(webhooks::PATH, "evt_2", &body)
+        .insert_header(("webhook-timestamp", stale.to_string()))
+        .insert_header((
+            "webhook-signature",
+            signer().sign("evt_2", stale, body.as_bytes()),
+        ));
+    let problem = app
+        .call(replayed)
+        .await
+        .assert_idem_problem(401, "webhook-signature-invalid");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("timestamp"),
+        "{problem}"
+    );
+
+    // No signature at all.
+    let unsigned = TestRequest::post()
+        .uri(webhooks::PATH)
+        .insert_header(("content-type", "application/json"))
+        .insert_header(("webhook-id", "evt_2"))
+        .set_payload(body.clone());
+    app.call(unsigned)
+        .await
+        .assert_idem_problem(401, "webhook-signature-invalid");
+
+    // No webhook-id header.
+    let unkeyed = TestRequest::post()
+        .uri(webhooks::PATH)
+        .insert_header(("content-type", "application/json"))
+        .insert_header(("webhook-timestamp", now().to_string()))
+        .insert_header(("webhook-signature", "v1,AAAA"))
+        .set_payload(body.clone());
+    let problem = app
+        .call(unkeyed)
+        .await
+        .assert_idem_problem(400, "event-id-missing");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("webhook-id"),
+        "{problem}"
+    );
+
+    // An id over the limit, correctly signed: the signature verifies, the key does not.
+    let long = "e".repeat(idem::MAX_KEY_LEN + 1);
+    let body_long = event(&long, "ch_3", 100);
+    let problem = app
+        .call(delivery(webhooks::PATH, &long, &body_long))
+        .await
+        .assert_idem_problem(400, "event-id-invalid");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("256 characters"),
+        "{problem}"
+    );
+
+    assert_eq!(env.keys().await, 0, "no key was stored");
+    assert_eq!(all_charge_events(&env).await, 0, "no event was recorded");
+}
+
+async fn the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stands<DB>()
+where
+    DB: TestBackend + webhooks::WebhookStore,
+{
+    let env = Env::<DB>::open().await;
+    let app = receiver(&env).await;
+    let first = app
+        .call(delivery(
+            webhooks::PATH,
+            "evt_3",
+            &event("evt_3", "ch_3", 500),
+        ))
+        .await;
+    assert_recorded(&first, "evt_3");
+    let other = app
+        .call(delivery(
+            webhooks::PATH,
+            "evt_3",
+            &event("evt_3", "ch_3", 999_999),
+        ))
+        .await;
+    let problem = other.assert_idem_problem(422, "idempotency-key-reused");
+    assert_eq!(problem["mismatch"], "body", "{problem}");
+    assert_eq!(charge_events(&env, "evt_3").await, 1);
+    let amount = DB::scalar(
+        &env.pool,
+        "SELECT amount_cents FROM charge_events WHERE event_id = 'evt_3'",
+    )
+    .await;
+    assert_eq!(amount, 500, "the first delivery's effect stands");
+    // And the original delivery still replays.
+    app.call(delivery(
+        webhooks::PATH,
+        "evt_3",
+        &event("evt_3", "ch_3", 500),
+    ))
+    .await
+    .assert_replay_of(&first);
+}
+
+/// A sender taken as verified, for the JSON-keyed handler (whose subject is the key
+/// source, not the signature).
+struct Stripe;
+
+impl actix_web::FromRequest for Stripe {
+    type Error = actix_web::Error;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(_: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(Ok(Self))
+    }
+}
+
+impl idem::ScopeKey for Stripe {
+    fn scope_key(&self) -> std::borrow::Cow<'_, str> {
+        "stripe".into()
+    }
+}
+
+/// Stripe-style: the event's id is the body's `id`.
+#[post("/webhooks/json")]
+#[idem::idempotent(scope = sender, key = json("id"), retention = "3d")]
+async fn json_keyed(
+    sender: Stripe,
+    tx: idem::Tx<'_, sqlx::Sqlite>,
+    body: web::Json<serde_json::Value>,
+) -> HttpResponse {
+    let _ = (&sender, &tx);
+    HttpResponse::Ok().json(json!({ "seen": body["id"] }))
+}
+
+#[actix_web::test]
+async fn a_handler_keyed_by_a_json_field_replays_by_it() {
+    let env = Env::<sqlx::Sqlite>::open().await;
+    let app = support::service_with(&env.idem(), |cfg| {
+        cfg.service(json_keyed);
+    })
+    .await;
+    let send = |body: &str| {
+        TestRequest::post()
+            .uri("/webhooks/json")
+            .insert_header(("content-type", "application/json"))
+            .set_payload(body.to_owned())
+    };
+    let first = app.call(send(r#"{"id":"evt_9","n":1}"#)).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(!first.replayed());
+    // The same event again, its members in another order: the same body, a replay.
+    app.call(send(r#"{"n":1,"id":"evt_9"}"#))
+        .await
+        .assert_replay_of(&first);
+    // An integer id is a key too.
+    let numbered = app.call(send(r#"{"id":42}"#)).await;
+    assert_eq!(numbered.status, 200);
+    assert!(!numbered.replayed());
+    app.call(send(r#"{"n":1}"#))
+        .await
+        .assert_idem_problem(400, "event-id-missing");
+    app.call(send(r#"{"id":[1]}"#))
+        .await
+        .assert_idem_problem(400, "event-id-invalid");
+    let keys: Vec<String> = env.key_rows().await.into_iter().map(|row| row.1).collect();
+    assert_eq!(keys, ["42", "evt_9"]);
+}
+
+/// The example's document describes the receiver as it answers: the event id from the
+/// `webhook-id` header (required), no `Idempotency-Key`, idem's policy with that header,
+/// and idem's problems for a missing or invalid id.
+#[test]
+fn the_receiver_is_documented_with_its_key_header() {
+    use utoipa::OpenApi;
+    let document = serde_json::to_value(example_openapi::ApiDoc::openapi()).expect("JSON");
+    let operation = &document["paths"]["/webhooks/provider"]["post"];
+    let parameters = operation["parameters"].as_array().expect("parameters");
+    let names: Vec<&str> = parameters
+        .iter()
+        .map(|p| p["name"].as_str().expect("a name"))
+        .collect();
+    assert!(names.contains(&"webhook-id"), "{names:?}");
+    assert!(names.contains(&"webhook-signature"), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case("idempotency-key")),
+        "{names:?}"
+    );
+    let id = parameters
+        .iter()
+        .find(|p| p["name"] == "webhook-id")
+        .expect("the id header");
+    assert_eq!(id["required"], true);
+    assert_eq!(id["in"], "header");
+    let policy = &operation["x-idempotency"];
+    assert_eq!(policy["header"], "webhook-id", "{policy}");
+    assert_eq!(policy["scope"], "sender", "{policy}");
+    assert_eq!(policy["retention_seconds"], 5 * 24 * 3600, "{policy}");
+    let bad_request = operation["responses"]["400"]["description"]
+        .as_str()
+        .expect("a 400");
+    assert!(bad_request.contains("#event-id-missing"), "{bad_request}");
+    assert!(bad_request.contains("#event-id-invalid"), "{bad_request}");
+    assert!(
+        !bad_request.contains("#idempotency-key-missing"),
+        "{bad_request}"
+    );
+}
+
+support::backend_tests!(
+    twenty_concurrent_deliveries_record_the_event_once,
+    a_delivery_that_crashed_before_its_commit_is_processed_once_on_redelivery,
+    unverified_or_unkeyed_deliveries_are_refused_and_nothing_is_stored,
+    the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stands,
+);
