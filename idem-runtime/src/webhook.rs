@@ -93,7 +93,10 @@ pub(crate) fn key_of(
                  ('!' to '~')"
             ),
         };
-        (ProblemKind::EventIdInvalid.response(detail), Outcome::InvalidKey)
+        (
+            ProblemKind::EventIdInvalid.response(detail),
+            Outcome::InvalidKey,
+        )
     })
 }
 
@@ -164,7 +167,10 @@ fn json_value(
 }
 
 fn missing(detail: String) -> (HttpResponse, Outcome) {
-    (ProblemKind::EventIdMissing.response(detail), Outcome::InvalidKey)
+    (
+        ProblemKind::EventIdMissing.response(detail),
+        Outcome::InvalidKey,
+    )
 }
 
 /// Logs a webhook delivery answered 422: a sender that sends one event id with two

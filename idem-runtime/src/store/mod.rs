@@ -76,12 +76,7 @@ pub type DefaultBackend = sqlx::Sqlite;
     note = "the type parameter of `idem::Tx` and `idem::Phases` names the database of the `Idem` the app registers"
 )]
 pub trait Backend:
-    sqlx::Database
-    + sealed::Sealed
-    + PhaseStore
-    + OutboxStore
-    + MaintenanceStore
-    + inbox::InboxStore
+    sqlx::Database + sealed::Sealed + PhaseStore + OutboxStore + MaintenanceStore + inbox::InboxStore
 {
     /// What [`begin`](Self::begin) needs to open a request's transaction with a given
     /// claim wait, prepared once per setting rather than per request.
