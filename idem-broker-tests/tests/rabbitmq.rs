@@ -22,6 +22,8 @@ use tokio::process::{Child, ChildStdout, Command};
 const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const CONSUMER: &str = env!("CARGO_BIN_EXE_inbox-consumer");
 const MESSAGES: u64 = 30;
+/// The id of the message that ends the draining consumer's run (`--until`).
+const END: &str = "end-of-test";
 /// A bound on each wait, so that a broken broker or consumer fails the test instead of
 /// hanging it; nothing is asserted about how long anything takes.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -206,8 +208,21 @@ async fn run(backend: &str, database: &str, outcome: impl AsyncFn() -> Outcome) 
     seen.extend(second.kill().await);
     until_no_consumer(&channel, &queue).await;
 
-    // 3. Drains the queue.
-    let mut third = Consumer::start(database, &queue, &[]);
+    // 3. Drains the queue, up to an end mark published now, behind every message the
+    // killed consumers left (requeued messages go back ahead of it).
+    channel
+        .basic_publish(
+            "".into(),
+            queue.as_str().into(),
+            BasicPublishOptions::default(),
+            b"end",
+            BasicProperties::default().with_message_id(END.into()),
+        )
+        .await
+        .expect("publish the end mark")
+        .await
+        .expect("the broker confirms the end mark");
+    let mut third = Consumer::start(database, &queue, &["--until", END]);
     third.until("drained").await;
     let status = third
         .child

@@ -236,3 +236,32 @@ mod tests {
         assert!(IdempotencyKey::parse(&quoted).is_ok());
     }
 }
+
+/// Where a webhook handler's key (the event's id) comes from, as `#[idempotent(key = ..)]`
+/// names it. Without one, the key is the `Idempotency-Key` header.
+///
+/// ```
+/// use idem_runtime::{KeySource, Policy};
+///
+/// static POLICY: Policy = Policy::new("receive", "shop::webhooks", "sender", 259_200)
+///     .with_key(KeySource::Header("webhook-id"));
+/// assert_eq!(POLICY.key_source(), Some(KeySource::Header("webhook-id")));
+/// assert_eq!(KeySource::Json("id").to_string(), "the body's JSON field `id`");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    /// A request header, by its name in lowercase: `webhook-id`, `x-github-delivery`.
+    Header(&'static str),
+    /// A field of the JSON body: a top-level member's name (`id`), or a JSON Pointer
+    /// (RFC 6901) when it starts with `/` (`/data/id`). A string or an integer.
+    Json(&'static str),
+}
+
+impl fmt::Display for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Header(name) => write!(f, "the `{name}` header"),
+            Self::Json(field) => write!(f, "the body's JSON field `{field}`"),
+        }
+    }
+}

@@ -38,7 +38,7 @@ pub use config::Idem;
 pub use fingerprint::{Fingerprint, InvalidJson};
 pub use flow::IDEMPOTENT_REPLAYED;
 pub use inbox::{Delivery, Inbox};
-pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError, KeySource, MAX_KEY_LEN};
 pub use maintenance::{TaskHandle, migrate};
 pub use phased::Phases;
 pub use policy::Policy;
@@ -47,8 +47,8 @@ pub use scope::{ScopeKey, UnverifiedScope};
 pub use store::{Backend, DefaultBackend};
 pub use tx::Tx;
 pub use webhook::{
-    KeySource, SecretError, SignatureError, SignedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE,
-    WEBHOOK_TIMESTAMP, WebhookRejected, WebhookVerifier,
+    SecretError, SignatureError, SignedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
+    WebhookRejected, WebhookVerifier,
 };
 
 /// The operator's side: the expiry sweep, idem's schema, the views of the key table, and
@@ -89,9 +89,9 @@ pub use phased::{Lease, MAX_PHASE_NAME_LEN, PhaseError, PhaseErrorKind};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::flow::{Prepared, extract, prepare, respond};
+    pub use crate::key::KeySource;
     pub use crate::policy::Policy;
     pub use crate::registry::Registration;
-    pub use crate::webhook::KeySource;
     pub use actix_web::dev::Payload;
     pub use actix_web::web::Payload as WebPayload;
     pub use actix_web::{HttpRequest, HttpResponse};
