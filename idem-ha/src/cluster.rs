@@ -29,6 +29,8 @@ const TTL: u64 = 10;
 
 /// How long a component may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
+/// Patroni's `maximum_lag_on_failover` (bytes): a standby further behind is not promoted.
+const MAX_LAG_ON_FAILOVER: u64 = 1_048_576;
 
 /// One PostgreSQL node and the Patroni that manages it.
 #[derive(Debug)]
@@ -155,6 +157,19 @@ impl Ha {
         }
     }
 
+    /// Waits until node `i` is a standby Patroni would promote: the synchronous standby,
+    /// or an asynchronous one within `maximum_lag_on_failover` of the primary. A replica
+    /// that has just rejoined answers `GET /replica` before it has replayed up to the
+    /// primary, and Patroni refuses to promote it ("not the healthiest node"): a kill
+    /// then leaves the cluster without a primary, which is an operator's problem, not
+    /// the failover this harness measures.
+    pub(crate) fn wait_promotable(&self, i: usize, replication: Replication) -> Result<(), String> {
+        match replication {
+            Replication::Sync => self.wait_role(i, "sync"),
+            Replication::Async => self.wait_role(i, &format!("replica?lag={MAX_LAG_ON_FAILOVER}")),
+        }
+    }
+
     /// Crashes node `i` as a machine would: SIGKILL to its Patroni, its PostgreSQL
     /// postmaster and everything else in their process group.
     pub(crate) fn kill_node(&mut self, i: usize) {
@@ -264,7 +279,7 @@ bootstrap:
     ttl: {TTL}
     loop_wait: 1
     retry_timeout: 3
-    maximum_lag_on_failover: 1048576
+    maximum_lag_on_failover: {MAX_LAG_ON_FAILOVER}
     synchronous_mode: {sync}
     synchronous_mode_strict: {strict}
     postgresql:

@@ -161,6 +161,9 @@ fn drive_faults(
             return (ha, Err("no node is the primary before a kill".into()));
         };
         let other = 1 - primary;
+        if let Err(e) = ha.wait_promotable(other, replication) {
+            return (ha, Err(e));
+        }
         let at = Instant::now();
         ha.kill_node(primary);
         if let Err(e) = ha.wait_role(other, "primary") {
