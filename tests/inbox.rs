@@ -61,11 +61,28 @@ consumer!(
     "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 1000000"
 );
 
-async fn open<DB: Consumer>() -> (DB::Db, Pool<DB>) {
-    let (db, pool) = DB::open().await;
-    idem::migrate(&pool).await.expect("idem's migrations");
-    DB::create_effects(&pool).await;
-    (db, pool)
+/// A fresh database with idem's schema and the consumer's effect table.
+struct Consumed<DB: Consumer> {
+    /// Kept so the database outlives the test.
+    _db: DB::Db,
+    /// What the consumer and the expiry sweep get: through the pooler when there is one
+    /// (ha/pgbouncer.sh), as in an application behind PgBouncer.
+    served: Pool<DB>,
+    /// For the test's own reads and writes: never through a pooler.
+    direct: Pool<DB>,
+}
+
+async fn open<DB: Consumer>() -> Consumed<DB> {
+    let (db, served) = DB::open().await;
+    // idem's migrations through the pooler too: their lock is transaction-level.
+    idem::migrate(&served).await.expect("idem's migrations");
+    let direct = DB::direct_pool(&db, &served).await;
+    DB::create_effects(&direct).await;
+    Consumed {
+        _db: db,
+        served,
+        direct,
+    }
 }
 
 /// One delivery, handled the way the inbox's guide says: record and apply in one
@@ -91,23 +108,25 @@ async fn effects<DB: Consumer>(pool: &Pool<DB>, message_id: &str) -> i64 {
 /// Killed after its commit and before the broker's ack: the broker delivers again, the
 /// inbox answers `Duplicate`, the consumer acks; the effect happened once.
 async fn a_consumer_killed_between_its_effect_and_the_ack_has_the_effect_once<DB: Consumer>() {
-    let (_db, pool) = open::<DB>().await;
+    let db = open::<DB>().await;
+    let (pool, direct) = (&db.served, &db.direct);
     let inbox = Inbox::new("billing");
-    assert_eq!(consume(&pool, &inbox, "m-1").await, Delivery::First);
+    assert_eq!(consume(pool, &inbox, "m-1").await, Delivery::First);
     // (No ack: the consumer died here.) Redelivered, twice.
-    assert_eq!(consume(&pool, &inbox, "m-1").await, Delivery::Duplicate);
-    assert_eq!(consume(&pool, &inbox, "m-1").await, Delivery::Duplicate);
-    assert_eq!(effects(&pool, "m-1").await, 1);
+    assert_eq!(consume(pool, &inbox, "m-1").await, Delivery::Duplicate);
+    assert_eq!(consume(pool, &inbox, "m-1").await, Delivery::Duplicate);
+    assert_eq!(effects(direct, "m-1").await, 1);
     // Each consumer processes a message once of its own.
     let audit = Inbox::new("audit");
-    assert_eq!(consume(&pool, &audit, "m-1").await, Delivery::First);
-    assert_eq!(effects(&pool, "m-1").await, 2);
+    assert_eq!(consume(pool, &audit, "m-1").await, Delivery::First);
+    assert_eq!(effects(direct, "m-1").await, 2);
 }
 
 /// Killed before its commit: nothing of the delivery remains, and the redelivery is
 /// processed.
 async fn a_consumer_killed_before_its_commit_processes_the_redelivery<DB: Consumer>() {
-    let (_db, pool) = open::<DB>().await;
+    let db = open::<DB>().await;
+    let (pool, direct) = (&db.served, &db.direct);
     let inbox = Inbox::new("billing");
     {
         let mut tx = pool.begin().await.expect("begin");
@@ -118,60 +137,68 @@ async fn a_consumer_killed_before_its_commit_processes_the_redelivery<DB: Consum
         DB::apply(&mut tx, "m-2").await;
         // Dropped without a commit: rolled back, as when the process dies.
     }
-    assert_eq!(effects(&pool, "m-2").await, 0);
+    assert_eq!(effects(direct, "m-2").await, 0);
     assert_eq!(
-        DB::scalar(&pool, "SELECT count(*) FROM idem_inbox").await,
+        DB::scalar(direct, "SELECT count(*) FROM idem_inbox").await,
         0,
         "no entry survives the rollback"
     );
-    assert_eq!(consume(&pool, &inbox, "m-2").await, Delivery::First);
-    assert_eq!(effects(&pool, "m-2").await, 1);
+    assert_eq!(consume(pool, &inbox, "m-2").await, Delivery::First);
+    assert_eq!(effects(direct, "m-2").await, 1);
 }
 
 /// Twenty consumers get the same message at once (a broker redelivering to another
 /// consumer while the first still works): one effect.
 async fn twenty_concurrent_deliveries_have_one_effect<DB: Consumer>() {
-    let (_db, pool) = open::<DB>().await;
+    let db = open::<DB>().await;
+    let (pool, direct) = (&db.served, &db.direct);
     let inbox = Inbox::new("billing");
-    let deliveries = join_all((0..20).map(|_| consume(&pool, &inbox, "m-3"))).await;
+    let deliveries = join_all((0..20).map(|_| consume(pool, &inbox, "m-3"))).await;
     let first = deliveries.iter().filter(|d| d.is_first()).count();
     assert_eq!(first, 1, "{deliveries:?}");
-    assert_eq!(effects(&pool, "m-3").await, 1);
+    assert_eq!(effects(direct, "m-3").await, 1);
 }
 
 /// Entries past their retention are deleted by the expiry sweep, and counted in its
-/// report; a message redelivered after that counts as new. Live entries stay.
+/// report and statistics; a message redelivered after that counts as new. Live entries
+/// stay. The sweep runs on the application's pool, through PgBouncer in transaction
+/// pooling mode under ha/pgbouncer.sh, where a statement prepared outside a transaction
+/// is lost before it runs.
 async fn inbox_entries_expire_with_the_sweep<DB: Consumer>() {
-    let (_db, pool) = open::<DB>().await;
+    let db = open::<DB>().await;
+    let (pool, direct) = (&db.served, &db.direct);
     let inbox = Inbox::new("billing").retention(Duration::from_secs(3 * 24 * 3600));
     for id in ["old-1", "old-2", "old-3"] {
-        consume(&pool, &inbox, id).await;
+        consume(pool, &inbox, id).await;
     }
-    DB::age_entries(&pool).await;
+    DB::age_entries(direct).await;
     // An expired entry the sweep has not reached yet no longer deduplicates either.
-    assert_eq!(consume(&pool, &inbox, "old-3").await, Delivery::First);
-    consume(&pool, &inbox, "live").await;
+    assert_eq!(consume(pool, &inbox, "old-3").await, Delivery::First);
+    consume(pool, &inbox, "live").await;
 
-    let report = idem::Expiry::new(pool.clone())
-        .batch_size(1)
-        .sweep_once()
-        .await
-        .expect("sweep");
+    let expiry = idem::Expiry::new(pool.clone()).batch_size(1);
+    let report = expiry.sweep_once().await.expect("sweep");
     assert_eq!(report.rows_deleted, 2, "{report:?}");
     assert_eq!(report.batches, 2, "batches of one: {report:?}");
+    // No key was due: the inbox's batches are the ones timed.
+    assert!(report.longest_batch > Duration::ZERO, "{report:?}");
+    let stats = expiry.stats();
+    assert_eq!((stats.rows_deleted, stats.batches), (2, 2), "{stats:?}");
+    assert_eq!(stats.failed_sweeps, 0, "{stats:?}");
     let left = DB::texts(
-        &pool,
+        direct,
         "SELECT message_id FROM idem_inbox ORDER BY message_id",
     )
     .await;
     assert_eq!(left, ["live", "old-3"]);
-    assert_eq!(consume(&pool, &inbox, "old-1").await, Delivery::First);
-    assert_eq!(consume(&pool, &inbox, "live").await, Delivery::Duplicate);
+    assert_eq!(consume(pool, &inbox, "old-1").await, Delivery::First);
+    assert_eq!(consume(pool, &inbox, "live").await, Delivery::Duplicate);
 }
 
 /// An id the inbox cannot hold is refused before anything is written.
 async fn unusable_ids_are_refused<DB: Consumer>() {
-    let (_db, pool) = open::<DB>().await;
+    let db = open::<DB>().await;
+    let (pool, direct) = (&db.served, &db.direct);
     let inbox = Inbox::new("billing");
     let mut tx = pool.begin().await.expect("begin");
     for id in [String::new(), "x".repeat(Inbox::MAX_ID_LEN + 1)] {
@@ -183,7 +210,7 @@ async fn unusable_ids_are_refused<DB: Consumer>() {
     }
     tx.commit().await.expect("commit");
     assert_eq!(
-        DB::scalar(&pool, "SELECT count(*) FROM idem_inbox").await,
+        DB::scalar(direct, "SELECT count(*) FROM idem_inbox").await,
         0
     );
 }
@@ -194,7 +221,8 @@ async fn unusable_ids_are_refused<DB: Consumer>() {
 /// delivers the message again.
 #[actix_web::test]
 async fn relay_messages_are_processed_once_by_their_id() {
-    let (_db, pool) = open::<Sqlite>().await;
+    let db = open::<Sqlite>().await;
+    let pool = db.served.clone();
     sqlx::query(
         "INSERT INTO idem_outbox (topic, payload, enqueued_at, available_at) VALUES \
          ('receipts', '{\"n\":1}', CAST(unixepoch('subsec') * 1000000 AS INTEGER), \
