@@ -149,22 +149,3 @@ impl Inbox {
         }
     }
 }
-
-/// One sweep of expired inbox entries, in batches of `batch_size`, for the expiry task:
-/// the rows deleted and the batches that deleted some.
-pub(crate) async fn sweep<DB: Backend>(
-    pool: &sqlx::Pool<DB>,
-    batch_size: u32,
-) -> Result<(u64, u64), sqlx::Error> {
-    let (mut rows, mut batches) = (0, 0);
-    loop {
-        let deleted = DB::delete_expired_deliveries(pool, batch_size).await?;
-        if deleted > 0 {
-            rows += deleted;
-            batches += 1;
-        }
-        if deleted < u64::from(batch_size) {
-            return Ok((rows, batches));
-        }
-    }
-}

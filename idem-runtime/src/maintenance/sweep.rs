@@ -7,20 +7,21 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use futures_util::FutureExt;
 use sqlx::Pool;
 
-use super::task::{OnPanic, TaskHandle, stopped};
+use super::batches::{self, Ended, Pace};
+use super::report::{ExpiryStats, SweepError, SweepReport};
 use crate::store::{Backend, DefaultBackend};
 
 /// The target of this module's events, as it was before the module moved: filters
 /// and subscribers name it (README, "Expiry and operator tooling").
 const TRACE_TARGET: &str = "idem_runtime::expiry";
 
-/// The expiry task: deletes key rows whose retention has ended, in bounded batches.
+/// The expiry task: deletes key rows whose retention has ended, in bounded batches, and
+/// then the consumer inbox's expired entries ([`Inbox`](crate::Inbox)) in batches alike.
 ///
 /// Each batch is one short transaction that picks up to [`batch_size`](Self::batch_size)
 /// expired rows through the `expires_at` index, locks them with `FOR UPDATE SKIP LOCKED`
@@ -50,12 +51,14 @@ const TRACE_TARGET: &str = "idem_runtime::expiry";
 /// # }
 /// ```
 pub struct Expiry<DB: Backend = DefaultBackend> {
-    pool: Pool<DB>,
-    interval: Duration,
+    pub(super) pool: Pool<DB>,
+    pub(super) interval: Duration,
     batch_size: u32,
     pause: Duration,
     /// The batch script for `batch_size`, built once rather than per batch.
     script: Arc<str>,
+    /// The consumer inbox's batch for `batch_size`, likewise.
+    inbox_script: Arc<str>,
     stats: Arc<Mutex<ExpiryStats>>,
 }
 
@@ -67,6 +70,7 @@ impl<DB: Backend> Clone for Expiry<DB> {
             batch_size: self.batch_size,
             pause: self.pause,
             script: Arc::clone(&self.script),
+            inbox_script: Arc::clone(&self.inbox_script),
             stats: Arc::clone(&self.stats),
         }
     }
@@ -135,6 +139,7 @@ impl<DB: Backend> Expiry<DB> {
             batch_size: Expiry::DEFAULT_BATCH_SIZE,
             pause: Expiry::DEFAULT_PAUSE,
             script: DB::batch_statement(Expiry::DEFAULT_BATCH_SIZE).into(),
+            inbox_script: DB::inbox_batch_statement(Expiry::DEFAULT_BATCH_SIZE).into(),
             stats: Arc::default(),
         }
     }
@@ -168,6 +173,7 @@ impl<DB: Backend> Expiry<DB> {
         assert!(rows > 0, "the expiry batch size must be at least 1");
         self.batch_size = rows;
         self.script = DB::batch_statement(rows).into();
+        self.inbox_script = DB::inbox_batch_statement(rows).into();
         self
     }
 
@@ -263,131 +269,70 @@ impl<DB: Backend> Expiry<DB> {
             .join("\n"))
     }
 
-    /// Sweeps every [`interval`](Self::interval) until `shutdown` completes or the pool
-    /// is closed; the application spawns the returned future. The first sweep starts at
-    /// once. A failed sweep is logged and counted, and the next one runs on schedule.
-    ///
-    /// Shutdown is prompt: it is seen between batches, so at most the batch in flight
-    /// finishes first.
-    ///
-    /// ```no_run
-    /// # async fn start(pool: sqlx::PgPool) {
-    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    /// let task = tokio::spawn(idem_runtime::Expiry::new(pool).run(async {
-    ///     let _ = stopped.await;
-    /// }));
-    /// // ... serve ...
-    /// let _ = stop.send(());
-    /// task.await.unwrap();
-    /// # }
-    /// ```
-    pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let this = Arc::new(self);
-        run_until(Arc::downgrade(&this), shutdown).await;
-        // Held to here: with `run` the caller's future owns the task's lifetime.
-        drop(this);
-    }
-
-    /// Runs [`run`](Self::run) on the current tokio runtime, stopped by the returned
-    /// handle's [`stop`](TaskHandle::stop) or when the handle is dropped.
-    ///
-    /// While it sleeps between sweeps the task holds no strong reference to its state:
-    /// only the handle does, so a dropped handle ends the task at the next wake-up even
-    /// if its stop signal were missed.
-    ///
-    /// # Panics
-    ///
-    /// When called outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn start(pool: sqlx::PgPool) {
-    /// let handle = idem_runtime::Expiry::new(pool).spawn();
-    /// // ... serve; export handle.stats() ...
-    /// handle.stop().await;
-    /// # }
-    /// ```
-    pub fn spawn(self) -> ExpiryHandle<DB> {
-        let expiry = Arc::new(self);
-        let weak = Arc::downgrade(&expiry);
-        // A dropped handle ends the stop signal too: dropping the handle stops the task.
-        TaskHandle::spawn(expiry, OnPanic::Resume, |stop| {
-            run_until(weak, stopped(stop))
-        })
-    }
-
-    /// One sweep, ending early when `stop` completes during a pause.
-    async fn sweep(
+    /// One sweep, ending early when `stop` completes during a pause: the key table's
+    /// batches, then the consumer inbox's ([`Inbox`](crate::Inbox)), counted together.
+    pub(super) async fn sweep(
         &self,
         mut stop: Pin<&mut impl Future<Output = ()>>,
         mut on_batch: impl FnMut(&SweepReport),
     ) -> SweepOutcome {
         let started = Instant::now();
         let mut report = SweepReport::default();
-        let mut stopped = false;
-        loop {
-            let batch_started = Instant::now();
-            let deleted = match DB::delete_batch(&self.pool, &self.script).await {
-                Ok(deleted) => deleted,
-                Err(sqlx::Error::PoolClosed) => {
-                    // The application is shutting down: not a failure of the sweep.
-                    stopped = true;
-                    break;
-                }
-                Err(error) => {
-                    report.duration = started.elapsed();
-                    self.update_stats(|stats| stats.failed_sweeps += 1);
-                    tracing::warn!(
-                        target: TRACE_TARGET,
-                        error = %error,
-                        rows_deleted = report.rows_deleted,
-                        batches = report.batches,
-                        retry_in_s = self.interval.as_secs_f64(),
-                        "idem expiry sweep failed",
-                    );
-                    return SweepOutcome {
-                        result: Err(SweepError { report, error }),
-                        stopped: false,
-                    };
-                }
-            };
-            let took = batch_started.elapsed();
-            if deleted > 0 {
-                report.batches += 1;
-                report.rows_deleted += deleted;
-                report.longest_batch = report.longest_batch.max(took);
-                // Totals grow batch by batch, so a long sweep shows progress in metrics.
-                self.update_stats(|stats| {
-                    stats.batches += 1;
-                    stats.rows_deleted += deleted;
-                });
-                on_batch(&report);
-            }
-            // A short batch means nothing more is due, or the rest is locked by another
-            // sweep, which deletes it: either way this sweep is done.
-            if deleted < u64::from(self.batch_size) {
-                break;
-            }
-            // At full speed, sleeping even for zero would wait for tokio's next timer
-            // tick (1 ms, a tenth of a batch): only look whether to stop.
-            if self.pause.is_zero() {
-                if stop.as_mut().now_or_never().is_some() {
-                    stopped = true;
-                    break;
-                }
-                continue;
-            }
-            tokio::select! {
-                biased;
-                () = stop.as_mut() => {
-                    stopped = true;
-                    break;
-                }
-                () = tokio::time::sleep(self.pause) => {}
-            }
+        let pace = Pace {
+            batch_size: self.batch_size,
+            pause: self.pause,
+        };
+        let mut deleted = |rows: u64, took: Duration| {
+            report.batches += 1;
+            report.rows_deleted += rows;
+            report.longest_batch = report.longest_batch.max(took);
+            // Totals grow batch by batch, so a long sweep shows progress in metrics.
+            self.update_stats(|stats| {
+                stats.batches += 1;
+                stats.rows_deleted += rows;
+            });
+            on_batch(&report);
+        };
+        let (pool, keys, inbox) = (&self.pool, &*self.script, &*self.inbox_script);
+        let mut table = "idem_keys";
+        let mut ended = batches::run(
+            pace,
+            stop.as_mut(),
+            || DB::delete_batch(pool, keys),
+            &mut deleted,
+        )
+        .await;
+        if let Ended::Drained = ended {
+            table = "idem_inbox";
+            ended = batches::run(
+                pace,
+                stop.as_mut(),
+                || DB::delete_expired_deliveries(pool, inbox),
+                &mut deleted,
+            )
+            .await;
         }
-        if !stopped {
-            self.sweep_inbox(&mut report).await;
-        }
+        let stopped = match ended {
+            Ended::Drained => false,
+            Ended::Stopped => true,
+            Ended::Failed(error) => {
+                report.duration = started.elapsed();
+                self.update_stats(|stats| stats.failed_sweeps += 1);
+                tracing::warn!(
+                    target: TRACE_TARGET,
+                    error = %error,
+                    table,
+                    rows_deleted = report.rows_deleted,
+                    batches = report.batches,
+                    retry_in_s = self.interval.as_secs_f64(),
+                    "idem expiry sweep failed",
+                );
+                return SweepOutcome {
+                    result: Err(SweepError { report, error }),
+                    stopped: false,
+                };
+            }
+        };
         self.count_stranded(&mut report).await;
         report.duration = started.elapsed();
         self.update_stats(|stats| {
@@ -419,26 +364,6 @@ impl<DB: Backend> Expiry<DB> {
         SweepOutcome {
             result: Ok(report),
             stopped,
-        }
-    }
-
-    /// Deletes the consumer inbox's expired entries ([`Inbox`](crate::Inbox)), counted
-    /// with the keys in the report. A failure is logged; the keys' sweep stands.
-    async fn sweep_inbox(&self, report: &mut SweepReport) {
-        match crate::inbox::sweep(&self.pool, self.batch_size).await {
-            Ok((rows, batches)) => {
-                report.rows_deleted += rows;
-                report.batches += batches;
-                if rows > 0 {
-                    self.update_stats(|stats| {
-                        stats.batches += batches;
-                        stats.rows_deleted += rows;
-                    });
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "idem expiry sweep of the consumer inbox failed");
-            }
         }
     }
 
@@ -474,170 +399,8 @@ impl<DB: Backend> Expiry<DB> {
     }
 }
 
-struct SweepOutcome {
+pub(super) struct SweepOutcome {
     result: Result<SweepReport, SweepError>,
     /// The stop signal (or the pool's closing) ended the sweep.
-    stopped: bool,
-}
-
-/// The task's loop. Like sqlx's pool reaper it keeps only a weak reference while it
-/// sleeps, so it ends when its owner is gone, and it ends on the stop signal or when the
-/// pool is closed.
-async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<Output = ()>) {
-    let Some(closed) = expiry.upgrade().map(|e| e.pool.close_event()) else {
-        return;
-    };
-    let mut stop = pin!(async move {
-        tokio::select! {
-            () = shutdown => {}
-            () = closed => {}
-        }
-    });
-    loop {
-        let Some(this) = expiry.upgrade() else { return };
-        if this.pool.is_closed() || this.sweep(stop.as_mut(), |_| {}).await.stopped {
-            return;
-        }
-        let interval = this.interval;
-        drop(this);
-        tokio::select! {
-            biased;
-            () = stop.as_mut() => return,
-            () = tokio::time::sleep(interval) => {}
-        }
-    }
-}
-
-/// The running expiry task of [`Expiry::spawn`]: a [`TaskHandle`] that also reads the
-/// sweep's statistics.
-///
-/// ```no_run
-/// # async fn start(pool: sqlx::PgPool) {
-/// let handle: idem_runtime::ExpiryHandle = idem_runtime::Expiry::new(pool).spawn();
-/// handle.stop().await;
-/// # }
-/// ```
-pub type ExpiryHandle<DB = DefaultBackend> = TaskHandle<Arc<Expiry<DB>>>;
-
-impl<DB: Backend> TaskHandle<Arc<Expiry<DB>>> {
-    /// Totals of the task's sweeps so far; see [`Expiry::stats`].
-    ///
-    /// ```no_run
-    /// # fn export(handle: &idem_runtime::ExpiryHandle) {
-    /// let stats = handle.stats();
-    /// println!("idem_expiry_sweeps_total {}", stats.sweeps);
-    /// println!("idem_expiry_failed_sweeps_total {}", stats.failed_sweeps);
-    /// # }
-    /// ```
-    pub fn stats(&self) -> ExpiryStats {
-        self.state().stats()
-    }
-}
-
-/// What one sweep did.
-///
-/// ```no_run
-/// # async fn sweep(pool: sqlx::PgPool) -> Result<(), idem_runtime::SweepError> {
-/// let report = idem_runtime::Expiry::new(pool).sweep_once().await?;
-/// println!(
-///     "{} rows in {} batches, {:?} (longest batch {:?})",
-///     report.rows_deleted, report.batches, report.duration, report.longest_batch
-/// );
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SweepReport {
-    /// Rows deleted: keys, and the consumer inbox's expired entries ([`Inbox`](crate::Inbox)).
-    pub rows_deleted: u64,
-    /// Batches that deleted at least one row; each deleted at most the batch size. The
-    /// final probe that finds nothing left is not counted.
-    pub batches: u64,
-    /// Wall time of the sweep, pauses between batches included.
-    pub duration: Duration,
-    /// The slowest batch: the longest any batch held its row locks.
-    pub longest_batch: Duration,
-    /// Keys in progress past their retention, counted after the sweep: the sweep never
-    /// deletes them (see [`stranded_keys`](crate::stranded_keys)).
-    pub stranded: u64,
-    /// When the oldest of them was claimed.
-    pub oldest_stranded: Option<SystemTime>,
-}
-
-/// A sweep that failed on a database error. The rows it deleted before stay deleted.
-///
-/// ```no_run
-/// # async fn sweep(pool: sqlx::PgPool) {
-/// if let Err(error) = idem_runtime::Expiry::new(pool).sweep_once().await {
-///     eprintln!("{error} ({} rows deleted before)", error.report().rows_deleted);
-/// }
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct SweepError {
-    report: SweepReport,
-    error: sqlx::Error,
-}
-
-impl SweepError {
-    /// What the sweep did before it failed.
-    ///
-    /// ```no_run
-    /// # fn show(error: &idem_runtime::SweepError) {
-    /// println!("{} rows deleted before the error", error.report().rows_deleted);
-    /// # }
-    /// ```
-    pub fn report(&self) -> &SweepReport {
-        &self.report
-    }
-
-    /// The database error that stopped the sweep.
-    ///
-    /// ```no_run
-    /// # fn show(error: &idem_runtime::SweepError) {
-    /// let cause: &sqlx::Error = error.database_error();
-    /// # }
-    /// ```
-    pub fn database_error(&self) -> &sqlx::Error {
-        &self.error
-    }
-}
-
-impl fmt::Display for SweepError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "expiry sweep failed: {}", self.error)
-    }
-}
-
-impl std::error::Error for SweepError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-/// Totals of an [`Expiry`]'s sweeps, to export as metrics (counters, plus the last
-/// sweep as gauges).
-///
-/// ```no_run
-/// # fn export(expiry: &idem_runtime::Expiry) {
-/// let stats = expiry.stats();
-/// if let Some(last) = stats.last_sweep {
-///     println!("idem_expiry_last_sweep_seconds {}", last.duration.as_secs_f64());
-/// }
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ExpiryStats {
-    /// Sweeps that ran to the end (or to a stop).
-    pub sweeps: u64,
-    /// Sweeps that a database error ended; each is logged and retried next interval.
-    pub failed_sweeps: u64,
-    /// Rows deleted, by all sweeps (failed ones included).
-    pub rows_deleted: u64,
-    /// Batches that deleted rows, by all sweeps.
-    pub batches: u64,
-    /// The last sweep that ran to the end.
-    pub last_sweep: Option<SweepReport>,
+    pub(super) stopped: bool,
 }

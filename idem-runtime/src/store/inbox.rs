@@ -23,10 +23,17 @@ pub trait InboxStore: sqlx::Database + super::sealed::Sealed {
         retention: Duration,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
-    /// Deletes up to `batch_size` expired entries; the rows deleted.
+    /// The statement of one batch of the sweep, deleting up to `batch_size` expired
+    /// entries. The size is a literal, so the statement takes no parameter: built once
+    /// per [`Expiry`](crate::Expiry), like the key table's batch.
+    #[doc(hidden)]
+    fn inbox_batch_statement(batch_size: u32) -> String;
+
+    /// Runs one batch of the sweep, as built by
+    /// [`inbox_batch_statement`](Self::inbox_batch_statement); the rows deleted.
     #[doc(hidden)]
     fn delete_expired_deliveries(
         pool: &Pool<Self>,
-        batch_size: u32,
+        statement: &str,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 }

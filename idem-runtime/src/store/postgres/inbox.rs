@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres};
 
 use crate::store::inbox::InboxStore;
 
@@ -16,12 +16,6 @@ VALUES ($1, $2, now(), now() + $3::interval)
 ON CONFLICT (consumer, message_id) DO UPDATE
     SET received_at = excluded.received_at, expires_at = excluded.expires_at
     WHERE idem_inbox.expires_at <= now()";
-
-/// One batch of the sweep, skipping entries a consumer's open transaction has locked.
-const DELETE_EXPIRED: &str = "\
-DELETE FROM idem_inbox WHERE (consumer, message_id) IN (
-    SELECT consumer, message_id FROM idem_inbox WHERE expires_at <= now()
-    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 impl InboxStore for Postgres {
     async fn record_delivery(
@@ -39,9 +33,21 @@ impl InboxStore for Postgres {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn delete_expired_deliveries(pool: &PgPool, batch_size: u32) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(DELETE_EXPIRED)
-            .bind(i64::from(batch_size))
+    /// One batch, skipping entries a consumer's open transaction has locked.
+    fn inbox_batch_statement(batch_size: u32) -> String {
+        format!(
+            "DELETE FROM idem_inbox WHERE (consumer, message_id) IN (
+    SELECT consumer, message_id FROM idem_inbox WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT {batch_size} FOR UPDATE SKIP LOCKED)"
+        )
+    }
+
+    /// The batch runs outside any transaction, so it goes as one simple query: behind a
+    /// transaction pooler (PgBouncer 1.18) a statement sqlx prepares in one round trip is
+    /// gone from the server connection by the next, and the sweep failed with `prepared
+    /// statement "sqlx_s_1" does not exist`. One round trip, as the key table's batch.
+    async fn delete_expired_deliveries(pool: &PgPool, statement: &str) -> Result<u64, sqlx::Error> {
+        let done = sqlx::raw_sql(AssertSqlSafe(statement))
             .execute(pool)
             .await?;
         Ok(done.rows_affected())

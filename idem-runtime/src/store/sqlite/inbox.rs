@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sqlx::{Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{AssertSqlSafe, Sqlite, SqliteConnection, SqlitePool};
 
 use super::now;
 use crate::store::inbox::InboxStore;
@@ -18,12 +18,6 @@ const RECORD: &str = concat!(
     " + $3) ON CONFLICT (consumer, message_id) DO UPDATE SET received_at = excluded.received_at, \
      expires_at = excluded.expires_at WHERE idem_inbox.expires_at <= ",
     now!()
-);
-
-const DELETE_EXPIRED: &str = concat!(
-    "DELETE FROM idem_inbox WHERE rowid IN (SELECT rowid FROM idem_inbox WHERE expires_at <= ",
-    now!(),
-    " ORDER BY expires_at LIMIT $1)"
 );
 
 impl InboxStore for Sqlite {
@@ -42,12 +36,24 @@ impl InboxStore for Sqlite {
         Ok(done.rows_affected() == 1)
     }
 
+    /// One batch, by `rowid`; as on PostgreSQL, the size is a literal.
+    fn inbox_batch_statement(batch_size: u32) -> String {
+        format!(
+            concat!(
+                "DELETE FROM idem_inbox WHERE rowid IN (SELECT rowid FROM idem_inbox \
+                 WHERE expires_at <= ",
+                now!(),
+                " ORDER BY expires_at LIMIT {})"
+            ),
+            batch_size
+        )
+    }
+
     async fn delete_expired_deliveries(
         pool: &SqlitePool,
-        batch_size: u32,
+        statement: &str,
     ) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(DELETE_EXPIRED)
-            .bind(i64::from(batch_size))
+        let done = sqlx::query(AssertSqlSafe(statement.to_owned()))
             .execute(pool)
             .await?;
         Ok(done.rows_affected())
