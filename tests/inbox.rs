@@ -2,6 +2,7 @@
 //! it is delivered, a consumer that dies before its commit gets the message processed on
 //! redelivery, one that dies after its commit and before its acknowledgement gets the
 //! redelivery acknowledged without a second effect, and entries expire with the sweep.
+//! Under `ha/pgbouncer.sh` the consumer and the sweep go through PgBouncer.
 
 mod support;
 

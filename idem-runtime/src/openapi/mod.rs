@@ -57,14 +57,7 @@ mod operation;
 mod responses;
 
 pub use operation::document_operation;
-pub use responses::problem_schema;
-
-/// The name of the problem schema in `components.schemas`.
-///
-/// ```
-/// assert_eq!(idem_runtime::openapi::PROBLEM_SCHEMA, "IdempotencyProblem");
-/// ```
-pub const PROBLEM_SCHEMA: &str = "IdempotencyProblem";
+pub use responses::{PROBLEM_SCHEMA, problem_schema};
 
 /// A utoipa [`Modify`] that documents every `#[idempotent]` operation of the program
 /// (the handlers [`policies`](crate::policies) lists) in the document it modifies; see

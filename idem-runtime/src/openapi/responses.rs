@@ -7,8 +7,14 @@ use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 
-use super::PROBLEM_SCHEMA;
 use crate::problem::{PROBLEM_JSON, ProblemKind};
+
+/// The name of the problem schema in `components.schemas`.
+///
+/// ```
+/// assert_eq!(idem_runtime::openapi::PROBLEM_SCHEMA, "IdempotencyProblem");
+/// ```
+pub const PROBLEM_SCHEMA: &str = "IdempotencyProblem";
 
 /// Marks the handler's replayable responses with `Idempotent-Replayed`, and documents
 /// idem's problem responses beside them; `by_event` for a webhook's operation, whose key
