@@ -86,8 +86,8 @@ impl std::error::Error for SweepError {
     }
 }
 
-/// Totals of an [`Expiry`]'s sweeps, to export as metrics (counters, plus the last
-/// sweep as gauges).
+/// Totals of an [`Expiry`](crate::Expiry)'s sweeps, to export as metrics (counters,
+/// plus the last sweep as gauges).
 ///
 /// ```no_run
 /// # fn export(expiry: &idem_runtime::Expiry) {
