@@ -23,6 +23,9 @@ trait Consumer: TestBackend {
 
     /// Moves every inbox entry's expiry one second into the past.
     fn age_entries(pool: &Pool<Self>) -> impl Future<Output = ()>;
+
+    /// Drops the inbox's table, so that the sweep's inbox batch fails.
+    fn drop_inbox(pool: &Pool<Self>) -> impl Future<Output = ()>;
 }
 
 macro_rules! consumer {
@@ -51,6 +54,13 @@ macro_rules! consumer {
                 .execute(pool)
                 .await
                 .expect("age the entries");
+            }
+
+            async fn drop_inbox(pool: &Pool<Self>) {
+                sqlx::query("DROP TABLE idem_inbox")
+                    .execute(pool)
+                    .await
+                    .expect("drop the inbox");
             }
         }
     };
@@ -196,6 +206,25 @@ async fn inbox_entries_expire_with_the_sweep<DB: Consumer>() {
     assert_eq!(consume(pool, &inbox, "live").await, Delivery::Duplicate);
 }
 
+/// A sweep whose inbox batch fails is a failed sweep, counted and reported with the
+/// error, not a success with a line in the log: that is how a sweep that never deleted
+/// an inbox entry (through PgBouncer) went unseen.
+async fn a_failed_inbox_batch_fails_the_sweep<DB: Consumer>() {
+    let db = open::<DB>().await;
+    let inbox = Inbox::new("billing");
+    consume(&db.served, &inbox, "m-4").await;
+    DB::drop_inbox(&db.direct).await;
+    let expiry = idem::Expiry::new(db.served.clone());
+    let error = expiry.sweep_once().await.expect_err("no inbox to sweep");
+    assert!(
+        error.to_string().contains("idem_inbox"),
+        "the message names the cause: {error}"
+    );
+    assert_eq!(error.report().rows_deleted, 0);
+    let stats = expiry.stats();
+    assert_eq!((stats.failed_sweeps, stats.sweeps), (1, 0), "{stats:?}");
+}
+
 /// An id the inbox cannot hold is refused before anything is written.
 async fn unusable_ids_are_refused<DB: Consumer>() {
     let db = open::<DB>().await;
@@ -269,5 +298,6 @@ support::backend_tests!(
     a_consumer_killed_before_its_commit_processes_the_redelivery,
     twenty_concurrent_deliveries_have_one_effect,
     inbox_entries_expire_with_the_sweep,
+    a_failed_inbox_batch_fails_the_sweep,
     unusable_ids_are_refused,
 );
