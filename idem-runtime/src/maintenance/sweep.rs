@@ -302,6 +302,8 @@ impl<DB: Backend> Expiry<DB> {
             &mut deleted,
         )
         .await;
+        // The inbox's entries go once the keys are drained; a sweep stopped or failed on
+        // the keys leaves them to the next one.
         if let Ended::Drained = ended {
             table = "idem_inbox";
             ended = batches::run(
