@@ -34,24 +34,45 @@ macro_rules! claim_lock_timeout {
 pub(super) use claim_lock_timeout;
 
 /// Runs `$body`, statements on `$conn`, in a transaction of its own (a savepoint when
-/// `$conn` is in one already). For the statements idem runs outside a request's
-/// transaction (the relay, lease renewals, the phased completion, the expiry task's
-/// count): behind a transaction pooler such as PgBouncer 1.18, sqlx's prepared statement
-/// (parsed in one round trip, executed in the next) only stays on one server connection
-/// inside a transaction. Single statements, so nothing changes but two round trips.
+/// `$conn` is in one already) when the connection may be behind a transaction pooler; on
+/// any other connection, as it is. For the statements idem runs outside a request's
+/// transaction (the relay, lease renewals and releases, the phased completion): behind a
+/// transaction pooler such as PgBouncer 1.18, sqlx's prepared statement (parsed in one
+/// round trip, executed in the next) only stays on one server connection inside a
+/// transaction. Single statements, so the transaction changes nothing but the two round
+/// trips of its `BEGIN` and `COMMIT`; see [`may_be_pooled`] for which connections pay them.
 macro_rules! own_transaction {
     ($conn:ident, $body:expr) => {{
-        let mut tx = sqlx::Connection::begin(&mut *$conn).await?;
-        let $conn: &mut PgConnection = &mut tx;
-        // `?` on the body's own result: an error returns before COMMIT, and dropping the
-        // transaction rolls it back.
-        let out: sqlx::Result<_> = $body;
-        let out = out?;
-        tx.commit().await?;
-        Ok(out)
+        if !$crate::store::postgres::may_be_pooled(&*$conn) {
+            let $conn: &mut PgConnection = &mut *$conn;
+            $body
+        } else {
+            let mut tx = sqlx::Connection::begin(&mut *$conn).await?;
+            let $conn: &mut PgConnection = &mut tx;
+            // `?` on the body's own result: an error returns before COMMIT, and dropping
+            // the transaction rolls it back.
+            let out: sqlx::Result<_> = $body;
+            let out = out?;
+            tx.commit().await?;
+            Ok(out)
+        }
     }};
 }
 pub(super) use own_transaction;
+
+/// Whether `conn` may reach PostgreSQL through a transaction pooler, so that a statement
+/// outside a transaction needs one of its own (`own_transaction!`). Read from the
+/// connection at no cost, so no setting can be forgotten: a connection that keeps
+/// prepared statements (sqlx's statement cache on, its default) is not behind a pooler
+/// that loses them between transactions, where the next use of a cached statement would
+/// fail on another server connection; the README asks for the cache off there
+/// (`statement-cache-capacity=0`). An empty cache counts as pooled: with the cache off,
+/// always; with it on, only for the connection's first statement, which then pays the
+/// two round trips once. (A pooler that keeps prepared statements itself, PgBouncer 1.21
+/// with `max_prepared_statements`, needs no transaction either.)
+pub(crate) fn may_be_pooled(conn: &PgConnection) -> bool {
+    sqlx::Connection::cached_statements_size(conn) == 0
+}
 
 /// The advisory lock key `idem::migrate` holds while it migrates (per database: advisory
 /// locks are scoped to the current database). "idem_mig" in ASCII, apart from sqlx's keys,

@@ -25,6 +25,7 @@ mod phased;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::TryStreamExt;
 use sqlx::pool::PoolConnection;
 use sqlx::query::QueryAs;
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
@@ -41,20 +42,25 @@ macro_rules! now {
 }
 pub(crate) use now;
 
-/// Inserts the key, or reports (by returning no row) that a row holds it already. `$7`
-/// is a fresh value of `idem_attempts`: every new row gets its own generation, so that
-/// no two lives of a key share one and the stored response of one life, sealed to it,
-/// does not open in another.
+/// Draws a fresh value of `idem_attempts` and inserts the key with it as its generation;
+/// then returns that generation if the insert won, no row when a row holds the key
+/// already. Three statements sent together (sqlx prepares each once per connection), so
+/// the claim is one trip to the connection's thread, not two; `changes()` rather than a
+/// RETURNING clause, which SQLite runs through a temporary table. Every new row gets its
+/// own generation, so that no two lives of a key share one and the stored response of one
+/// life, sealed to it, does not open in another. The value is drawn before the insert
+/// knows whether it wins: one left unused is a gap in a counter that only has to grow.
 const CLAIM: &str = concat!(
-    "INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, created_at, expires_at,
+    "UPDATE idem_attempts SET value = value + 1;
+INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, created_at, expires_at,
                        generation)
 VALUES ($1, $2, $3, $4, $5, ",
     now!(),
     ", ",
     now!(),
-    " + $6, $7)
-ON CONFLICT (scope, idem_key) DO NOTHING
-RETURNING generation"
+    " + $6, (SELECT value FROM idem_attempts))
+ON CONFLICT (scope, idem_key) DO NOTHING;
+SELECT value FROM idem_attempts WHERE changes() = 1"
 );
 
 /// The row that holds a key, with whether it may be reclaimed (completed, and its
@@ -102,12 +108,13 @@ const DELETE_PHASES: &str = "DELETE FROM idem_phases WHERE scope = $1 AND idem_k
 /// never contended.
 const NEXT_ATTEMPT: &str = "UPDATE idem_attempts SET value = value + 1 RETURNING value";
 
+/// Matches no row when the key row is gone (`rows_affected`, not a RETURNING clause and
+/// its temporary table).
 const COMPLETE: &str = "\
 UPDATE idem_keys
    SET state = 'completed', response_status = $3, response_headers = $4,
        response_body = $5, locked_until = NULL
- WHERE scope = $1 AND idem_key = $2
-RETURNING 1";
+ WHERE scope = $1 AND idem_key = $2";
 
 /// What [`SELECT_EXISTING`] returns.
 #[derive(sqlx::FromRow)]
@@ -157,13 +164,14 @@ impl Drop for Beginning {
 }
 
 impl Backend for Sqlite {
-    /// The script that sets the busy timeout for the `BEGIN IMMEDIATE` only;
-    /// [`begin`](Self::begin) restores the connection's own afterwards.
+    /// The statements that read the connection's busy timeout, set it to the claim's
+    /// wait and take the write lock; [`begin`](Self::begin) restores the connection's own
+    /// timeout afterwards. Prepared once per connection (sqlx caches them by their text).
     type Opening = Arc<str>;
 
     fn opening(claim_wait: Duration) -> Arc<str> {
         format!(
-            "PRAGMA busy_timeout = {}; BEGIN IMMEDIATE",
+            "PRAGMA busy_timeout; PRAGMA busy_timeout = {}; BEGIN IMMEDIATE",
             claim_wait.as_millis()
         )
         .into()
@@ -174,37 +182,53 @@ impl Backend for Sqlite {
         opening: &Arc<str>,
     ) -> Result<Transaction<'static, Self>, sqlx::Error> {
         let mut begun = Beginning(Some(pool.acquire().await?));
-        // The application's busy timeout, restored once the write lock is ours (or was
-        // not to be had): its own statements keep waiting as long as it configured.
-        let outer: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
-            .fetch_one(begun.conn())
-            .await?;
-        let restore = format!("PRAGMA busy_timeout = {outer}");
-        let began = sqlx::raw_sql(AssertSqlSafe(Arc::clone(opening)))
-            .execute(begun.conn())
-            .await;
-        if let Err(error) = began {
-            sqlx::raw_sql(AssertSqlSafe(restore))
-                .execute(begun.conn())
-                .await?;
-            drop(begun.finish());
-            return Err(error);
+        // The application's busy timeout (the first row; setting it answers the new one),
+        // restored once the write lock is ours (or was not to be had): its own statements
+        // keep waiting as long as it configured. Read in the same trip to the
+        // connection's thread as the `BEGIN IMMEDIATE`, not in one of its own.
+        let mut outer = None;
+        let began = {
+            let mut rows = sqlx::query_scalar::<_, i64>(AssertSqlSafe(Arc::clone(opening)))
+                .fetch(begun.conn());
+            loop {
+                match rows.try_next().await {
+                    Ok(Some(timeout)) => {
+                        outer.get_or_insert(timeout);
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(error) => break Err(error),
+                }
+            }
+        };
+        let restore = outer.map(|outer| format!("PRAGMA busy_timeout = {outer}"));
+        match (began, restore) {
+            (Ok(()), Some(restore)) => {
+                // sqlx does not know of the transaction `BEGIN IMMEDIATE` opened; handing
+                // it another statement to "begin" with (the restore) makes it adopt the
+                // open transaction, so commit, rollback and rollback-on-drop work as usual.
+                Transaction::begin(begun.finish(), Some(AssertSqlSafe(restore).into_sql_str()))
+                    .await
+            }
+            (Err(error), Some(restore)) => {
+                sqlx::raw_sql(AssertSqlSafe(restore))
+                    .execute(begun.conn())
+                    .await?;
+                drop(begun.finish());
+                Err(error)
+            }
+            // The read failed: nothing was changed, and the guard closes the connection.
+            (Err(error), None) => Err(error),
+            (Ok(()), None) => Err(sqlx::Error::Protocol(
+                "PRAGMA busy_timeout answered no row".into(),
+            )),
         }
-        // sqlx does not know of the transaction `BEGIN IMMEDIATE` opened; handing it
-        // another statement to "begin" with (the restore) makes it adopt the open
-        // transaction, so commit, rollback and rollback-on-drop work as usual.
-        Transaction::begin(begun.finish(), Some(AssertSqlSafe(restore).into_sql_str())).await
     }
 
     async fn claim(
         conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
     ) -> Result<Claim, sqlx::Error> {
-        // Drawn before the insert knows whether it wins: a value left unused is a gap in
-        // a counter that only has to grow.
-        let generation = next_attempt(&mut *conn).await?;
         let inserted: Option<(i64,)> = bind_claim(sqlx::query_as(CLAIM), req)
-            .bind(generation)
             .fetch_optional(&mut *conn)
             .await?;
         if let Some((generation,)) = inserted {
@@ -235,20 +259,21 @@ impl Backend for Sqlite {
         response: &StoredResponse<'_>,
     ) -> Result<Completion, sqlx::Error> {
         let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-        let completed: Option<i64> = sqlx::query_scalar(COMPLETE)
+        let completed = sqlx::query(COMPLETE)
             .bind(req.scope)
             .bind(req.key)
             .bind(status)
             .bind(response.headers)
             .bind(response.body)
-            .fetch_optional(conn)
+            .execute(conn)
             .await?;
         // SQLite cannot tell, in SQL, whether the handler committed idem's transaction
         // itself; if it did, idem's own COMMIT fails and the client gets 503, while the
         // row recorded here already makes retries replay.
-        Ok(match completed {
-            Some(_) => Completion::Recorded,
-            None => Completion::RowGone,
+        Ok(if completed.rows_affected() == 1 {
+            Completion::Recorded
+        } else {
+            Completion::RowGone
         })
     }
 

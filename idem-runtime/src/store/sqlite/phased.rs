@@ -19,10 +19,13 @@ use crate::store::{
     AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim, StoredResponse,
 };
 
-/// Inserts the key with its lease and a fresh token (`$8`), which doubles as its
-/// generation; no row when the key is held already.
+/// Draws a fresh token, which doubles as the key's generation, and inserts the key with
+/// it and its lease; returns the token if the insert won, no row when the key is held
+/// already. One trip to the connection's thread, as the single-transaction claim
+/// (`super::CLAIM`).
 const CLAIM: &str = concat!(
-    "INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, created_at, expires_at,
+    "UPDATE idem_attempts SET value = value + 1;
+INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, created_at, expires_at,
                        locked_until, generation, fencing_token)
 VALUES ($1, $2, $3, $4, $5, ",
     now!(),
@@ -30,9 +33,10 @@ VALUES ($1, $2, $3, $4, $5, ",
     now!(),
     " + $6, ",
     now!(),
-    " + $7, $8, $8)
-ON CONFLICT (scope, idem_key) DO NOTHING
-RETURNING generation, fencing_token"
+    " + $7, (SELECT value FROM idem_attempts),
+        (SELECT value FROM idem_attempts))
+ON CONFLICT (scope, idem_key) DO NOTHING;
+SELECT value FROM idem_attempts WHERE changes() = 1"
 );
 
 const SELECT_EXISTING: &str = concat!(
@@ -141,14 +145,12 @@ impl PhaseStore for Sqlite {
         req: &ClaimRequest<'_>,
         lease: Duration,
     ) -> sqlx::Result<PhasedClaim> {
-        let token = next_attempt(&mut *conn).await?;
-        let inserted: Option<(i64, i64)> = super::bind_claim(sqlx::query_as(CLAIM), req)
+        let inserted: Option<(i64,)> = super::bind_claim(sqlx::query_as(CLAIM), req)
             .bind(micros(lease))
-            .bind(token)
             .fetch_optional(&mut *conn)
             .await?;
-        if let Some((generation, token)) = inserted {
-            return Ok(PhasedClaim::Claimed(fresh(generation, token)));
+        if let Some((token,)) = inserted {
+            return Ok(PhasedClaim::Claimed(fresh(token, token)));
         }
         let row: Option<Row> = sqlx::query_as(SELECT_EXISTING)
             .bind(req.scope)
