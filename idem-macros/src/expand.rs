@@ -29,7 +29,7 @@ fn local(name: &str) -> Ident {
 /// user's type is wholly the user's: its error is reported at that type alone, not from
 /// the attribute to the type. The path resolves the same from there (it is absolute, or
 /// written by the user).
-fn krate_at(krate: &syn::Path, span: Span) -> TokenStream {
+pub(crate) fn krate_at(krate: &syn::Path, span: Span) -> TokenStream {
     krate
         .to_token_stream()
         .into_iter()

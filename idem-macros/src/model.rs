@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Type, Visibility};
@@ -114,10 +114,21 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
     if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
         errors.push(phases_with_tx(phases, tx));
     }
+    if let (Arg::Given(backend), Some(param)) = (&args.backend, params.tx.as_ref().or(params.phases.as_ref())) {
+        errors.push(backend_beside_param(backend, param));
+    }
 
     let shell = {
         let mut inner = func.clone();
-        syntax::normalize_params(&mut inner);
+        syntax::normalize_params(&mut inner, |role, ty| {
+            let form = match role {
+                Role::Phases => "Phases",
+                Role::Tx | Role::Extractor => "Tx",
+            };
+            let (first, last) = syntax::first_and_last(ty);
+            syn::parse2(unnamed_backend(&krate, form, first, last))
+                .expect("a macro invocation is a type")
+        });
         inner.attrs = attrs.inner;
         inner.vis = Visibility::Inherited;
         Shell {
@@ -129,7 +140,7 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
     let error = errors.finish();
     match (scope, error) {
         (Some(scope), None) => Expansion::Handler(Model {
-            backend: backend(&krate, &params.params),
+            backend: backend(&krate, &args, &params.params),
             krate,
             shell,
             params: params.params,
@@ -348,11 +359,17 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
     None
 }
 
-/// The backend's type: the transaction's or the phases' type parameter, or the default
-/// backend when the handler has neither. Spanned at the parameter's type, so an
-/// unsupported database is reported there.
-fn backend(krate: &syn::Path, params: &[Param]) -> TokenStream {
+/// The backend's type: the transaction's or the phases' type parameter, or `backend = ..`
+/// when the handler has neither. Spanned at the type that names it, so an unsupported
+/// database is reported there; where nothing names one, the runtime decides (see
+/// `unnamed_backend`).
+fn backend(krate: &syn::Path, args: &Args, params: &[Param]) -> TokenStream {
     match params.iter().find(|p| p.role != Role::Extractor) {
+        Some(param) if !syntax::names_backend(&param.ty) => {
+            let form = if param.role == Role::Tx { "Tx" } else { "Phases" };
+            let (first, last) = syntax::first_and_last(&param.ty);
+            unnamed_backend(krate, form, first, last)
+        }
         Some(param) if param.role == Role::Tx => {
             let ty = syntax::tx_type_static(&param.ty);
             quote_spanned!(param.ty.span()=> <#ty as #krate::__private::TxBackend>::Backend)
@@ -361,8 +378,42 @@ fn backend(krate: &syn::Path, params: &[Param]) -> TokenStream {
             let ty = &param.ty;
             quote_spanned!(ty.span()=> <#ty as #krate::__private::PhasesBackend>::Backend)
         }
-        None => quote!(<#krate::Tx<'static> as #krate::__private::TxBackend>::Backend),
+        None => match &args.backend {
+            Arg::Given(ty) => quote!(#ty),
+            Arg::Absent | Arg::Unreadable => unnamed_backend(krate, "handler", args.span, args.span),
+        },
     }
+}
+
+/// The database of a `Tx` or `Phases` that names none, or of a handler that takes
+/// neither (`form` says which): `DefaultBackend` while one database is enabled, else a
+/// compile error saying to name one. The runtime's macro decides, as only it knows its
+/// features. Spanned from `first` to `last`, so the error underlines the user's whole
+/// type (or the attribute's arguments) and nothing of the generated code.
+fn unnamed_backend(krate: &syn::Path, form: &str, first: Span, last: Span) -> TokenStream {
+    let path = crate::expand::krate_at(krate, first);
+    let form = Ident::new(form, last);
+    let mut call = quote_spanned!(first=> #path::__private::unnamed_backend!);
+    call.extend(std::iter::once(proc_macro2::TokenTree::Group({
+        let mut group = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#form));
+        group.set_span(last);
+        group
+    })));
+    call
+}
+
+/// Points at `backend = ..` beside a `Tx` or `Phases`: the parameter's type names the
+/// database, and two places naming it could disagree.
+fn backend_beside_param(backend: &Type, param: &Named) -> syn::Error {
+    syn::Error::new_spanned(
+        backend,
+        format!(
+            "`backend` names the database of a handler without `idem::Tx` or \
+             `idem::Phases`; this one's is the type parameter of `{}`: remove `backend` \
+             and write e.g. `idem::Tx<'_, sqlx::Sqlite>`",
+            param.name
+        ),
+    )
 }
 
 /// Points at the `Tx` parameter: beside phases, it is the one that cannot work.

@@ -44,7 +44,9 @@ pub use phased::Phases;
 pub use policy::Policy;
 pub use registry::policies;
 pub use scope::{ScopeKey, UnverifiedScope};
-pub use store::{Backend, DefaultBackend};
+pub use store::{Backend, ChosenBackend, DefaultBackend};
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+pub use store::{BothBackendsEnabled, NameTheDatabase};
 pub use tx::Tx;
 pub use webhook::{
     SecretError, SignatureError, SignedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
@@ -92,6 +94,8 @@ pub mod __private {
     pub use crate::key::KeySource;
     pub use crate::policy::Policy;
     pub use crate::registry::Registration;
+    /// The database of a parameter, or a handler, that names none.
+    pub use crate::__idem_unnamed_backend as unnamed_backend;
     pub use actix_web::dev::Payload;
     pub use actix_web::web::Payload as WebPayload;
     pub use actix_web::{HttpRequest, HttpResponse};

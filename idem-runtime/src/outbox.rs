@@ -44,7 +44,7 @@ impl<DB: Backend> Tx<'_, DB> {
     /// in a phase of the phased form.
     ///
     /// ```
-    /// # async fn f(tx: &mut idem_runtime::Tx<'_>, order_id: i64) -> sqlx::Result<()> {
+    /// # async fn f(tx: &mut idem_runtime::Tx<'_, sqlx::Postgres>, order_id: i64) -> sqlx::Result<()> {
     /// let id = tx
     ///     .enqueue("order_confirmation", &serde_json::json!({ "order": order_id }))
     ///     .await?;
@@ -220,7 +220,7 @@ impl Message {
 /// marking the message delivered has it delivered again, and a relay stalled for longer
 /// than the timeout (a paused process, a database it cannot reach) may find the message
 /// delivered elsewhere while its own handler still runs. Consumers deduplicate by the id.
-pub struct Relay<DB: Backend = DefaultBackend> {
+pub struct Relay<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     pool: Pool<DB>,
     batch_size: u32,
     poll_interval: Duration,

@@ -49,7 +49,7 @@ const TRACE_TARGET: &str = "idem_runtime::expiry";
 /// handle.stop().await;
 /// # }
 /// ```
-pub struct Expiry<DB: Backend = DefaultBackend> {
+pub struct Expiry<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     pool: Pool<DB>,
     interval: Duration,
     batch_size: u32,
@@ -83,9 +83,10 @@ impl<DB: Backend> fmt::Debug for Expiry<DB> {
     }
 }
 
-// The defaults are on `Expiry` with the default backend so that `Expiry::DEFAULT_*` needs
-// no type annotation; they hold for every backend.
-impl Expiry {
+// The defaults are on `Expiry` of one backend so that `Expiry::DEFAULT_*` needs no type
+// annotation; they hold for every backend. Not the default backend: with both databases
+// enabled that is none.
+impl Expiry<crate::store::AnyBackend> {
     /// Rows per batch unless [`batch_size`](Self::batch_size) says otherwise. A batch of
     /// 100 is a few milliseconds of one backend's work, short enough that live requests
     /// arriving meanwhile barely wait: with batches of 1000 (20 ms apart) live p99 rose
@@ -513,7 +514,7 @@ async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
-/// let handle: idem_runtime::ExpiryHandle = idem_runtime::Expiry::new(pool).spawn();
+/// let handle: idem_runtime::ExpiryHandle<sqlx::Postgres> = idem_runtime::Expiry::new(pool).spawn();
 /// handle.stop().await;
 /// # }
 /// ```
