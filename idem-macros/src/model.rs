@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Type, Visibility};
 
@@ -48,9 +48,18 @@ pub(crate) struct Shell {
     /// The generated handler's visibility, as the user wrote it.
     pub(crate) vis: Visibility,
     /// The user's function: private, with `Tx` parameters given a lifetime and `mut`,
-    /// and without the attributes that moved to the generated handler.
+    /// a `Tx` or `Phases` that names no database given [`UNNAMED`], and without the
+    /// attributes that moved to the generated handler.
     pub(crate) inner: ItemFn,
+    /// The type [`UNNAMED`] stands for, when a parameter or the handler names no
+    /// database: the runtime's `unnamed_backend!`, which is the default backend or the
+    /// one compile error. Defined once beside the user's function and named by both it
+    /// and the generated code, so the error is reported once.
+    pub(crate) unnamed: Option<TokenStream>,
 }
+
+/// The name of the alias for the database nothing names (see [`Shell::unnamed`]).
+pub(crate) const UNNAMED: &str = "__IdemBackend";
 
 /// A parameter of the user's function.
 pub(crate) struct Param {
@@ -118,16 +127,27 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
         errors.push(backend_beside_param(backend, param));
     }
 
+    // The first parameter that names no database decides the message; a handler with
+    // neither kind of parameter and no `backend = ..` names none either.
+    let unnamed = match params.params.iter().find(|p| p.role != Role::Extractor) {
+        Some(param) if !syntax::names_backend(&param.ty) => {
+            let form = if param.role == Role::Tx { "Tx" } else { "Phases" };
+            let (first, last) = syntax::first_and_last(&param.ty);
+            Some(unnamed_backend(&krate, form, first, last))
+        }
+        Some(_) => None,
+        None => match args.backend {
+            Arg::Given(_) => None,
+            Arg::Absent | Arg::Unreadable => {
+                Some(unnamed_backend(&krate, "handler", args.span, args.end))
+            }
+        },
+    };
     let shell = {
         let mut inner = func.clone();
-        syntax::normalize_params(&mut inner, |role, ty| {
-            let form = match role {
-                Role::Phases => "Phases",
-                Role::Tx | Role::Extractor => "Tx",
-            };
-            let (first, last) = syntax::first_and_last(ty);
-            syn::parse2(unnamed_backend(&krate, form, first, last))
-                .expect("a macro invocation is a type")
+        syntax::normalize_params(&mut inner, |ty| {
+            let span = ty.span().resolved_at(Span::mixed_site());
+            Type::Verbatim(Ident::new(UNNAMED, span).into_token_stream())
         });
         inner.attrs = attrs.inner;
         inner.vis = Visibility::Inherited;
@@ -135,12 +155,13 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
             attrs: attrs.outer,
             vis: func.vis.clone(),
             inner,
+            unnamed: unnamed.clone(),
         }
     };
     let error = errors.finish();
     match (scope, error) {
         (Some(scope), None) => Expansion::Handler(Model {
-            backend: backend(&krate, &args, &params.params),
+            backend: backend(&krate, &args, &params.params, unnamed.is_some()),
             krate,
             shell,
             params: params.params,
@@ -361,15 +382,14 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
 
 /// The backend's type: the transaction's or the phases' type parameter, or `backend = ..`
 /// when the handler has neither. Spanned at the type that names it, so an unsupported
-/// database is reported there; where nothing names one, the runtime decides (see
-/// `unnamed_backend`).
-fn backend(krate: &syn::Path, args: &Args, params: &[Param]) -> TokenStream {
+/// database is reported there. Where nothing names one (`unnamed`), the alias
+/// [`UNNAMED`].
+fn backend(krate: &syn::Path, args: &Args, params: &[Param], unnamed: bool) -> TokenStream {
+    if unnamed {
+        let alias = Ident::new(UNNAMED, Span::mixed_site());
+        return quote!(#alias);
+    }
     match params.iter().find(|p| p.role != Role::Extractor) {
-        Some(param) if !syntax::names_backend(&param.ty) => {
-            let form = if param.role == Role::Tx { "Tx" } else { "Phases" };
-            let (first, last) = syntax::first_and_last(&param.ty);
-            unnamed_backend(krate, form, first, last)
-        }
         Some(param) if param.role == Role::Tx => {
             let ty = syntax::tx_type_static(&param.ty);
             quote_spanned!(param.ty.span()=> <#ty as #krate::__private::TxBackend>::Backend)
@@ -380,7 +400,8 @@ fn backend(krate: &syn::Path, args: &Args, params: &[Param]) -> TokenStream {
         }
         None => match &args.backend {
             Arg::Given(ty) => quote!(#ty),
-            Arg::Absent | Arg::Unreadable => unnamed_backend(krate, "handler", args.span, args.span),
+            // Not reached: without `backend`, `unnamed` is set.
+            Arg::Absent | Arg::Unreadable => quote!(#krate::DefaultBackend),
         },
     }
 }

@@ -50,6 +50,9 @@ pub(crate) struct Args {
     pub(crate) backend: Arg<Type>,
     /// The whole argument list, for "missing argument" errors.
     pub(crate) span: Span,
+    /// The list's last token: with `span`, what a message about the whole list
+    /// underlines (stable proc macros cannot join spans).
+    pub(crate) end: Span,
 }
 
 /// Parses the attribute arguments. Errors go to `errors`, and what could be read is
@@ -60,6 +63,11 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
     } else {
         tokens.span()
     };
+    let end = tokens
+        .clone()
+        .into_iter()
+        .last()
+        .map_or(span, |token| token.span());
     let mut args = Args {
         scope: Arg::Absent,
         retention: Arg::Absent,
@@ -68,6 +76,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         key: Arg::Absent,
         backend: Arg::Absent,
         span,
+        end,
     };
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
         Ok(metas) => metas,

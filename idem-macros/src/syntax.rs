@@ -229,9 +229,8 @@ pub(crate) fn binding(pat: &Pat) -> Option<&Ident> {
 /// Gives each `Tx` parameter the lifetime an `async fn` parameter needs (E0726 otherwise)
 /// and a `mut` binding, so `tx: idem::Tx` can be written as the docs show; `Phases`
 /// parameters get the `mut` binding its `run` needs. A `Tx` or `Phases` that names no
-/// database is given `unnamed(role, ty)` as its database: the same type the bare name
-/// means, or the one compile error when that is ambiguous.
-pub(crate) fn normalize_params(func: &mut ItemFn, unnamed: impl Fn(Role, &Type) -> Type) {
+/// database is given `unnamed(ty)` as its database.
+pub(crate) fn normalize_params(func: &mut ItemFn, unnamed: impl Fn(&Type) -> Type) {
     for input in &mut func.sig.inputs {
         let FnArg::Typed(arg) = input else { continue };
         let role = Role::of(&arg.ty);
@@ -239,7 +238,7 @@ pub(crate) fn normalize_params(func: &mut ItemFn, unnamed: impl Fn(Role, &Type) 
             continue;
         }
         if !names_backend(&arg.ty) {
-            let backend = unnamed(role, &arg.ty);
+            let backend = unnamed(&arg.ty);
             if let Type::Path(path) = &mut *arg.ty {
                 set_backend(path, backend);
             }

@@ -134,4 +134,14 @@ pub mod __private {
     impl<DB: crate::Backend> PhasesBackend for crate::Phases<DB> {
         type Backend = DB;
     }
+
+    /// Carries the compile error of `unnamed_backend!` (see there) in a type.
+    pub trait Unnamed {
+        /// Never seen: the array's length is always an error.
+        type Backend;
+    }
+
+    impl<const N: usize> Unnamed for [(); N] {
+        type Backend = crate::DefaultBackend;
+    }
 }

@@ -88,9 +88,8 @@ pub type DefaultBackend = BothBackendsEnabled;
 // What `#[idempotent]` writes for a transaction or phases parameter that names no
 // database, and for a handler with neither (`handler`): `DefaultBackend` while one
 // database is enabled. With both, a compile error at the tokens the macro spans it at
-// (the user's type, or the attribute); it also stands for an erroneous type, so the
-// generated code built on it adds no errors of its own. The macro cannot decide this
-// itself: only this crate knows which of its features are on.
+// (the user's type, or the attribute). The macro cannot decide this itself: only this
+// crate knows which of its features are on.
 #[cfg(not(all(feature = "postgres", feature = "sqlite")))]
 #[doc(hidden)]
 #[macro_export]
@@ -98,29 +97,33 @@ macro_rules! __idem_unnamed_backend {
     ($($form:tt)*) => { $crate::DefaultBackend };
 }
 
+// The error sits in an array length, not in type position, where `compile_error!` would
+// stand for `()` and every use of the handler's backend would add "`()` is not a
+// database": an erroneous length makes the whole type erroneous, and rustc reports
+// nothing more about it.
 #[cfg(all(feature = "postgres", feature = "sqlite"))]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idem_unnamed_backend {
     (Tx) => {
-        ::core::compile_error!(
+        $crate::__idem_unnamed_backend!(@error
             "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` names no database: \
-             write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one"
-        )
+             write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one")
     };
     (Phases) => {
-        ::core::compile_error!(
+        $crate::__idem_unnamed_backend!(@error
             "both `postgres` and `sqlite` are enabled, so a bare `idem::Phases` names no \
              database: write `idem::Phases<sqlx::Sqlite>` (or `sqlx::Postgres`), or enable \
-             only one"
-        )
+             only one")
     };
     (handler) => {
-        ::core::compile_error!(
+        $crate::__idem_unnamed_backend!(@error
             "both `postgres` and `sqlite` are enabled, and this handler takes no `idem::Tx` \
              or `idem::Phases` to name its database: add `backend = sqlx::Sqlite` (or \
-             `sqlx::Postgres`), or enable only one"
-        )
+             `sqlx::Postgres`), or enable only one")
+    };
+    (@error $message:literal) => {
+        <[(); { ::core::compile_error!($message); 0 }] as $crate::__private::Unnamed>::Backend
     };
 }
 

@@ -4,7 +4,7 @@ use actix_web::{App, HttpResponse, delete, patch, web};
 
 #[patch("/by-uuid/{id}")]
 #[idem::idempotent(scope = id)]
-async fn by_uuid(id: web::ReqData<uuid::Uuid>, _tx: idem::Tx) -> HttpResponse {
+async fn by_uuid(id: web::ReqData<uuid::Uuid>, _tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     HttpResponse::NoContent().finish()
 }
 
