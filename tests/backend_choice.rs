@@ -32,7 +32,11 @@ async fn a_handler_without_a_transaction_uses_the_idem_its_backend_names() {
     };
 
     let first = test::call_service(&app, request()).await;
-    assert_eq!(first.status(), StatusCode::CREATED, "the SQLite Idem was found");
+    assert_eq!(
+        first.status(),
+        StatusCode::CREATED,
+        "the SQLite Idem was found"
+    );
     assert_eq!(test::read_body(first).await, "note for 7: tea");
 
     let again = test::call_service(&app, request()).await;

@@ -50,7 +50,11 @@ async fn claim_name(
 /// Ends idem's transaction with a raw statement, which handlers must never do.
 #[post("/test/end-transaction/{how}")]
 #[idem::idempotent(scope = account)]
-async fn end_transaction(account: Account, how: web::Path<String>, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
+async fn end_transaction(
+    account: Account,
+    how: web::Path<String>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> HttpResponse {
     sqlx::query("INSERT INTO names (name, account_id) VALUES ('mine', $1)")
         .bind(account.id())
         .execute(&mut *tx)

@@ -93,7 +93,10 @@ fn internal(error: sqlx::Error) -> actix_web::Error {
 /// Runs the same phase name twice, which is a bug in the handler.
 #[post("/test/same-name")]
 #[idem::idempotent(scope = account, lease = "30s")]
-async fn same_name(account: Account, phases: idem::Phases<sqlx::Postgres>) -> Result<HttpResponse, PhaseError> {
+async fn same_name(
+    account: Account,
+    phases: idem::Phases<sqlx::Postgres>,
+) -> Result<HttpResponse, PhaseError> {
     let _ = account;
     phases
         .run("step", async |_tx| Ok::<_, PhaseError>(1))

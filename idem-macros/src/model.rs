@@ -123,7 +123,9 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
     if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
         errors.push(phases_with_tx(phases, tx));
     }
-    if let (Arg::Given(backend), Some(param)) = (&args.backend, params.tx.as_ref().or(params.phases.as_ref())) {
+    if let (Arg::Given(backend), Some(param)) =
+        (&args.backend, params.tx.as_ref().or(params.phases.as_ref()))
+    {
         errors.push(backend_beside_param(backend, param));
     }
 
@@ -131,16 +133,20 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
     // neither kind of parameter and no `backend = ..` names none either.
     let unnamed = match params.params.iter().find(|p| p.role != Role::Extractor) {
         Some(param) if !syntax::names_backend(&param.ty) => {
-            let form = if param.role == Role::Tx { "Tx" } else { "Phases" };
+            let form = if param.role == Role::Tx {
+                "Tx"
+            } else {
+                "Phases"
+            };
             let (first, last) = syntax::first_and_last(&param.ty);
             Some(unnamed_backend(&krate, form, first, last))
         }
         Some(_) => None,
         None => match args.backend {
-            Arg::Given(_) => None,
-            Arg::Absent | Arg::Unreadable => {
-                Some(unnamed_backend(&krate, "handler", args.span, args.end))
-            }
+            Arg::Absent => Some(unnamed_backend(&krate, "handler", args.span, args.end)),
+            // Unreadable: the list's error is reported, and whether it named a backend
+            // is unknown.
+            Arg::Given(_) | Arg::Unreadable => None,
         },
     };
     let shell = {

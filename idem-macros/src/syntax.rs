@@ -262,7 +262,9 @@ pub(crate) fn normalize_params(func: &mut ItemFn, unnamed: impl Fn(&Type) -> Typ
 /// type as written (stable proc macros cannot join spans themselves).
 pub(crate) fn first_and_last(ty: &Type) -> (Span, Span) {
     let mut tokens = quote::ToTokens::to_token_stream(ty).into_iter();
-    let first = tokens.next().map_or_else(Span::call_site, |token| token.span());
+    let first = tokens
+        .next()
+        .map_or_else(Span::call_site, |token| token.span());
     let last = tokens.last().map_or(first, |token| token.span());
     (first, last)
 }
@@ -271,14 +273,17 @@ pub(crate) fn first_and_last(ty: &Type) -> (Span, Span) {
 /// `Phases<DB>`, not `Tx`, `Tx<'_>` or `Phases`.
 pub(crate) fn names_backend(ty: &Type) -> bool {
     let Type::Path(path) = ty else { return true };
-    path.path.segments.last().is_none_or(|last| match &last.arguments {
-        PathArguments::AngleBracketed(args) => args
-            .args
-            .iter()
-            .any(|arg| !matches!(arg, GenericArgument::Lifetime(_))),
-        PathArguments::None => false,
-        PathArguments::Parenthesized(_) => true,
-    })
+    path.path
+        .segments
+        .last()
+        .is_none_or(|last| match &last.arguments {
+            PathArguments::AngleBracketed(args) => args
+                .args
+                .iter()
+                .any(|arg| !matches!(arg, GenericArgument::Lifetime(_))),
+            PathArguments::None => false,
+            PathArguments::Parenthesized(_) => true,
+        })
 }
 
 /// Appends the database to the type's arguments, after its lifetime if it has one.

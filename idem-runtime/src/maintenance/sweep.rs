@@ -188,7 +188,7 @@ impl<DB: Backend> Expiry<DB> {
     /// Totals of every sweep run by this value and its clones, for export as metrics.
     ///
     /// ```
-    /// # fn export(expiry: &idem_runtime::Expiry) {
+    /// # fn export(expiry: &idem_runtime::Expiry<sqlx::Postgres>) {
     /// let stats = expiry.stats();
     /// println!("idem_expiry_rows_deleted_total {}", stats.rows_deleted);
     /// # }
@@ -524,7 +524,7 @@ impl<DB: Backend> TaskHandle<Arc<Expiry<DB>>> {
     /// Totals of the task's sweeps so far; see [`Expiry::stats`].
     ///
     /// ```no_run
-    /// # fn export(handle: &idem_runtime::ExpiryHandle) {
+    /// # fn export(handle: &idem_runtime::ExpiryHandle<sqlx::Postgres>) {
     /// let stats = handle.stats();
     /// println!("idem_expiry_sweeps_total {}", stats.sweeps);
     /// println!("idem_expiry_failed_sweeps_total {}", stats.failed_sweeps);
@@ -621,7 +621,7 @@ impl std::error::Error for SweepError {
 /// sweep as gauges).
 ///
 /// ```no_run
-/// # fn export(expiry: &idem_runtime::Expiry) {
+/// # fn export(expiry: &idem_runtime::Expiry<sqlx::Postgres>) {
 /// let stats = expiry.stats();
 /// if let Some(last) = stats.last_sweep {
 ///     println!("idem_expiry_last_sweep_seconds {}", last.duration.as_secs_f64());

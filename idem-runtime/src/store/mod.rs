@@ -94,7 +94,9 @@ pub type DefaultBackend = BothBackendsEnabled;
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idem_unnamed_backend {
-    ($($form:tt)*) => { $crate::DefaultBackend };
+    ($($form:tt)*) => {
+        $crate::DefaultBackend
+    };
 }
 
 // The error sits in an array length, not in type position, where `compile_error!` would

@@ -2,7 +2,7 @@
 // `account`), and a route attribute with one unsafe method, or several.
 use actix_web::{App, HttpResponse, route, web};
 
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 #[route("/orders", method = "POST")]
 async fn create_order(mut account: web::ReqData<i64>) -> HttpResponse {
     let _ = &mut account;

@@ -9,7 +9,7 @@ async fn by_uuid(id: web::ReqData<uuid::Uuid>, _tx: idem::Tx<'_, sqlx::Postgres>
 }
 
 #[delete("/by-name/{name}")]
-#[idem::idempotent(scope = name)]
+#[idem::idempotent(scope = name, backend = sqlx::Postgres)]
 async fn by_name(name: idem::UnverifiedScope<web::Path<String>>) -> HttpResponse {
     HttpResponse::NoContent().finish()
 }
