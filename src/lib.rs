@@ -22,7 +22,7 @@
 //! #[idempotent(scope = account, retention = "24h")]
 //! async fn create_order(
 //!     account: web::ReqData<i64>,
-//!     tx: idem::Tx,
+//!     tx: idem::Tx<'_, sqlx::Postgres>,
 //!     body: web::Json<NewOrder>,
 //! ) -> actix_web::Result<HttpResponse> {
 //!     let id: i64 = sqlx::query_scalar(
@@ -83,13 +83,26 @@
 //!
 //! A parameter of type [`Tx`] receives the transaction that holds the key row. Queries
 //! run on `&mut *tx`; a helper taking `&mut sqlx::PgConnection` accepts `&mut tx`.
-//! The type names the database: `idem::Tx` is PostgreSQL (the [`DefaultBackend`]),
+//! The type names the database: `idem::Tx<'_, sqlx::Postgres>` is PostgreSQL,
 //! `idem::Tx<'_, sqlx::Sqlite>` SQLite, and the [`Idem`] registered with the app must be
 //! built on a pool of the same database. On SQLite, writers take turns: each request's
 //! transaction is `BEGIN IMMEDIATE`, and one that cannot get the write lock within
 //! [`Idem::claim_wait`] is answered 409 with `Retry-After: 1`.
 //! Passing `&mut tx` straight to `fetch_one` does not compile: `Tx` is not itself an
 //! sqlx executor, the connection it dereferences to is.
+//!
+//! # Choosing the database
+//!
+//! A bare `idem::Tx` (likewise `Phases`, `Idem`, `Relay`, `Expiry`) means the one
+//! database feature that is enabled: with only `sqlite` on, `idem::Tx` is SQLite. With
+//! both `postgres` and `sqlite` on (the default features), a bare name does not compile;
+//! write `idem::Tx<'_, sqlx::Postgres>` or `idem::Tx<'_, sqlx::Sqlite>`. Features are
+//! unified across the dependency graph, so if a bare name picked one of two, a crate
+//! that turns on `idem/postgres` somewhere in a SQLite application would silently make
+//! its `Tx` PostgreSQL, found only when requests fail. A handler with no `Tx` or
+//! `Phases` names its database with `backend = sqlx::Sqlite` in the attribute when both
+//! are on. Functions that take a pool (`idem::migrate`, the `admin` views, `Idem::new`)
+//! take the database from the pool's type.
 //!
 //! # Choosing a mechanism
 //!
@@ -114,7 +127,7 @@
 //!
 //! ```no_run
 //! # use actix_web::{HttpResponse, web};
-//! # async fn f(tx: &mut idem::Tx<'_>, number: &str, amount: i64) -> Result<HttpResponse, sqlx::Error> {
+//! # async fn f(tx: &mut idem::Tx<'_, sqlx::Postgres>, number: &str, amount: i64) -> Result<HttpResponse, sqlx::Error> {
 //! let inserted: Option<i64> = sqlx::query_scalar(
 //!     "INSERT INTO invoices (number, amount) VALUES ($1, $2)
 //!      ON CONFLICT (number) DO NOTHING RETURNING id",
@@ -163,7 +176,7 @@
 //! #[idempotent(scope = sender, key = header("webhook-id"), retention = "5d")]
 //! async fn provider_event(
 //!     sender: idem::SignedWebhook,
-//!     tx: idem::Tx,
+//!     tx: idem::Tx<'_, sqlx::Postgres>,
 //!     event: web::Json<serde_json::Value>,
 //! ) -> actix_web::Result<HttpResponse> {
 //!     sqlx::query("INSERT INTO charge_events (event_id, body) VALUES ($1, $2)")
@@ -212,11 +225,13 @@
 //! | `lease = "<duration>"` | with a [`Phases`] parameter, and only then | how long an attempt holds the key before a retry may take it over (`"30s"`); at least 1 s, at most the retention |
 //! | `crate = <path>` | no (`::idem`) | the path the generated code reaches idem by: a renamed dependency (`crate = keys`) or a re-export (`crate = platform::keys`) |
 //! | `key = header("<name>")` or `key = json("<field>")` | no (the `Idempotency-Key` header) | where the key is instead: a request header, or a field of the JSON body (a member's name, or a JSON Pointer such as `"/data/id"`), a string or an integer; for webhook receivers |
+//! | `backend = <type>` | for a handler with no `Tx` or `Phases` parameter, when both database features are on (refused beside one) | the database whose [`Idem`] the handler uses, e.g. `backend = sqlx::Sqlite` |
 //!
 //! Every mistake is a compile error at the token to change: an unknown argument, a
 //! scope that names no parameter, a retention under 24 hours or over `"100000y"` (the
 //! expiry time must fit in the databases' timestamps), a lease without phases, both a
-//! `Tx` and a `Phases` parameter, a second `#[idempotent]`, and a route attribute below
+//! `Tx` and a `Phases` parameter, a bare `Tx` or `Phases` (or a handler with neither
+//! and no `backend`) while both databases are enabled, a second `#[idempotent]`, and a route attribute below
 //! `#[idempotent]` for a safe method (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `QUERY`),
 //! alone or among the methods of one handler.
 //!
@@ -261,7 +276,7 @@
 //! #[idempotent(scope = account, retention = "24h", lease = "30s")]
 //! async fn create_payment(
 //!     account: web::ReqData<i64>,
-//!     phases: idem::Phases,
+//!     phases: idem::Phases<sqlx::Postgres>,
 //! ) -> actix_web::Result<HttpResponse> {
 //!     let id: i64 = phases
 //!         .run("payment_created", async |mut tx| {
@@ -308,9 +323,9 @@ pub use idem_runtime::phased;
 /// The problem responses idem answers with.
 pub use idem_runtime::problem;
 pub use idem_runtime::{
-    Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
-    IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, Phases, Policy, ScopeKey, TaskHandle, Tx,
-    UnverifiedScope, migrate, policies,
+    Backend, ChosenBackend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED,
+    Idem, IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, Phases, Policy, ScopeKey, TaskHandle,
+    Tx, UnverifiedScope, migrate, policies,
 };
 /// Webhook receivers (the key from a header or the body, the sender verified) and the
 /// consumer inbox for queue messages.
@@ -334,6 +349,9 @@ pub use idem_runtime::encryption;
 pub use idem_runtime::metrics;
 #[cfg(feature = "openapi")]
 pub use idem_runtime::openapi;
+/// What a bare `Tx`, `Phases` or `Idem` would name with both databases enabled: none.
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+pub use idem_runtime::{BothBackendsEnabled, NameTheDatabase};
 
 /// Support for code generated by `#[idempotent]`; not a public API.
 #[doc(hidden)]

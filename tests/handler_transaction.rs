@@ -11,7 +11,7 @@ use support::{ALICE, Env, TestApp, post};
 /// Answers with the `lock_timeout` its own statements run under.
 #[post("/test/lock-timeout")]
 #[idem::idempotent(scope = account)]
-async fn lock_timeout(account: Account, tx: idem::Tx) -> HttpResponse {
+async fn lock_timeout(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     let _ = account;
     let value: String = sqlx::query_scalar("SHOW lock_timeout")
         .fetch_one(&mut *tx)
@@ -26,7 +26,7 @@ async fn lock_timeout(account: Account, tx: idem::Tx) -> HttpResponse {
 #[idem::idempotent(scope = account)]
 async fn claim_name(
     account: Account,
-    tx: idem::Tx,
+    tx: idem::Tx<'_, sqlx::Postgres>,
     query: web::Query<Vec<(String, String)>>,
 ) -> HttpResponse {
     let inserted = sqlx::query("INSERT INTO names (name, account_id) VALUES ('taken', $1)")
@@ -50,7 +50,11 @@ async fn claim_name(
 /// Ends idem's transaction with a raw statement, which handlers must never do.
 #[post("/test/end-transaction/{how}")]
 #[idem::idempotent(scope = account)]
-async fn end_transaction(account: Account, how: web::Path<String>, tx: idem::Tx) -> HttpResponse {
+async fn end_transaction(
+    account: Account,
+    how: web::Path<String>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> HttpResponse {
     sqlx::query("INSERT INTO names (name, account_id) VALUES ('mine', $1)")
         .bind(account.id())
         .execute(&mut *tx)
@@ -70,7 +74,7 @@ async fn end_transaction(account: Account, how: web::Path<String>, tx: idem::Tx)
 
 /// Reads no body at all.
 #[post("/test/no-body")]
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 async fn no_body(account: Account) -> HttpResponse {
     let _ = account;
     HttpResponse::Accepted().body("accepted")
@@ -81,7 +85,7 @@ async fn app(env: &Env) -> TestApp {
 }
 
 /// The test application with `idem` (the default's settings changed below).
-async fn app_with(env: &Env, idem: idem::Idem) -> TestApp {
+async fn app_with(env: &Env, idem: idem::Idem<sqlx::Postgres>) -> TestApp {
     sqlx::query("CREATE TABLE names (name text PRIMARY KEY, account_id bigint NOT NULL)")
         .execute(&env.pool)
         .await

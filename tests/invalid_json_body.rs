@@ -13,7 +13,7 @@ use support::{ALICE, Env, order_json, post_order};
 /// Records that it ran; reads no body, so only idem's fingerprint looks at it.
 #[post("/test/note")]
 #[idem::idempotent(scope = account, retention = "24h")]
-async fn note(account: Account, tx: idem::Tx) -> HttpResponse {
+async fn note(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO orders (account_id, item, quantity, amount_cents) \
          VALUES ($1, 'note', 1, 0) RETURNING id",

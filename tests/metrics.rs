@@ -168,7 +168,7 @@ async fn each_request_counts_once_under_its_outcome_and_statements_are_timed() {
 #[post("/test/metered")]
 async fn metered(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     panic_once: web::Data<AtomicBool>,
 ) -> Result<HttpResponse, PhaseError> {
     let _ = account;

@@ -28,7 +28,10 @@ use utoipa::OpenApi;
 )]
 #[idem::idempotent(scope = account, retention = "36h")]
 #[post("/accounts/{account:\\d+}/widgets")]
-async fn create_widget(account: web::ReqData<i64>, tx: idem::Tx) -> HttpResponse {
+async fn create_widget(
+    account: web::ReqData<i64>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> HttpResponse {
     let _ = (account, tx);
     HttpResponse::Created().finish()
 }
@@ -38,7 +41,10 @@ async fn create_widget(account: web::ReqData<i64>, tx: idem::Tx) -> HttpResponse
 #[utoipa::path(post, path = "/v1/accounts/{account}/refunds", responses((status = 202, description = "Accepted")))]
 #[post("/accounts/{account}/refunds")]
 #[idem::idempotent(scope = account, retention = "7d")]
-async fn create_refund(account: web::ReqData<i64>, tx: idem::Tx) -> HttpResponse {
+async fn create_refund(
+    account: web::ReqData<i64>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> HttpResponse {
     let _ = (account, tx);
     HttpResponse::Accepted().finish()
 }

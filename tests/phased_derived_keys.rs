@@ -28,7 +28,7 @@ struct Control {
 #[idem::idempotent(scope = account, lease = "1s")]
 async fn derive(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     query: web::Query<Vec<(String, String)>>,
     control: web::Data<Control>,
 ) -> Result<HttpResponse, PhaseError> {

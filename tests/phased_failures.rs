@@ -43,7 +43,7 @@ struct Control {
 #[idem::idempotent(scope = account, lease = "30s")]
 async fn flaky_phases(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     control: web::Data<Control>,
 ) -> actix_web::Result<HttpResponse> {
     let _ = account;
@@ -93,7 +93,10 @@ fn internal(error: sqlx::Error) -> actix_web::Error {
 /// Runs the same phase name twice, which is a bug in the handler.
 #[post("/test/same-name")]
 #[idem::idempotent(scope = account, lease = "30s")]
-async fn same_name(account: Account, phases: idem::Phases) -> Result<HttpResponse, PhaseError> {
+async fn same_name(
+    account: Account,
+    phases: idem::Phases<sqlx::Postgres>,
+) -> Result<HttpResponse, PhaseError> {
     let _ = account;
     phases
         .run("step", async |_tx| Ok::<_, PhaseError>(1))
@@ -109,8 +112,8 @@ async fn same_name(account: Account, phases: idem::Phases) -> Result<HttpRespons
 #[idem::idempotent(scope = account, lease = "30s")]
 async fn kept_lease(
     account: Account,
-    phases: idem::Phases,
-    kept: web::Data<Mutex<Vec<idem::Lease>>>,
+    phases: idem::Phases<sqlx::Postgres>,
+    kept: web::Data<Mutex<Vec<idem::Lease<sqlx::Postgres>>>>,
 ) -> HttpResponse {
     let _ = account;
     kept.lock().unwrap().push(phases.lease());
@@ -288,7 +291,7 @@ async fn a_phase_name_used_twice_is_a_bug_reported_as_500() {
 #[actix_web::test]
 async fn a_lease_kept_past_the_handler_stops_extending() {
     let env = Env::new().await;
-    let kept = web::Data::new(Mutex::new(Vec::<idem::Lease>::new()));
+    let kept = web::Data::new(Mutex::new(Vec::<idem::Lease<sqlx::Postgres>>::new()));
     let app = {
         let kept = kept.clone();
         support::service_with(&env.idem(), move |cfg| {

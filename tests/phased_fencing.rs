@@ -54,7 +54,7 @@ impl Control {
 #[idem::idempotent(scope = account, lease = "1s")]
 async fn held_in_phase(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     control: web::Data<Control>,
 ) -> Result<HttpResponse, PhaseError> {
     let _ = account;
@@ -76,7 +76,7 @@ async fn held_in_phase(
 #[idem::idempotent(scope = account, lease = "1s")]
 async fn held_between_phases(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     control: web::Data<Control>,
 ) -> Result<HttpResponse, PhaseError> {
     let _ = account;
@@ -112,7 +112,7 @@ async fn held_between_phases(
 #[idem::idempotent(scope = account, lease = "1s")]
 async fn held_before_response(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     control: web::Data<Control>,
 ) -> Result<HttpResponse, PhaseError> {
     let _ = account;

@@ -32,7 +32,7 @@ struct Control {
 #[idem::idempotent(scope = account, lease = "1s")]
 async fn enqueue_in_phase(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     query: web::Query<Vec<(String, String)>>,
     control: web::Data<Control>,
 ) -> Result<HttpResponse, PhaseError> {
@@ -55,7 +55,7 @@ async fn enqueue_in_phase(
 #[idem::idempotent(scope = account)]
 async fn enqueue_single(
     account: Account,
-    tx: idem::Tx,
+    tx: idem::Tx<'_, sqlx::Postgres>,
     query: web::Query<Vec<(String, String)>>,
 ) -> HttpResponse {
     let id = tx

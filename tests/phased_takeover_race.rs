@@ -30,7 +30,7 @@ struct Control {
 #[idem::idempotent(scope = account, lease = "1s")]
 async fn crashy(
     account: Account,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     control: web::Data<Control>,
 ) -> Result<HttpResponse, PhaseError> {
     let _ = account;

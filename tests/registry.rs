@@ -7,7 +7,7 @@ use actix_web::{HttpResponse, put, web};
 /// Declared here, with `#[idempotent]` below the route attribute: the route is not
 /// visible to it, so the registry knows the handler by name only.
 #[put("/test/things/{id}")]
-#[idem::idempotent(scope = id, retention = "7d")]
+#[idem::idempotent(scope = id, backend = sqlx::Postgres, retention = "7d")]
 async fn put_thing(id: idem::UnverifiedScope<web::Path<i64>>) -> HttpResponse {
     HttpResponse::Ok().body(id.into_inner().to_string())
 }

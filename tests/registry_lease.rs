@@ -6,7 +6,10 @@ use actix_web::{HttpResponse, post, web};
 // Above the route attribute, so the registry also records the route.
 #[idem::idempotent(scope = account, retention = "48h", lease = "2500ms")]
 #[post("/test/payments/{account}")]
-async fn pay(account: web::ReqData<i64>, phases: idem::Phases) -> actix_web::Result<HttpResponse> {
+async fn pay(
+    account: web::ReqData<i64>,
+    phases: idem::Phases<sqlx::Postgres>,
+) -> actix_web::Result<HttpResponse> {
     let account = *account;
     let paid = phases
         .run("paid", async |_tx| Ok::<_, actix_web::Error>(account))
@@ -16,7 +19,7 @@ async fn pay(account: web::ReqData<i64>, phases: idem::Phases) -> actix_web::Res
 
 #[post("/test/orders/{account}")]
 #[idem::idempotent(scope = account)]
-async fn order(account: web::ReqData<i64>, _tx: idem::Tx) -> HttpResponse {
+async fn order(account: web::ReqData<i64>, _tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     HttpResponse::Created().body(account.to_string())
 }
 

@@ -4,21 +4,21 @@
 
 use actix_web::{HttpResponse, post, route, web};
 
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 #[post("/accounts/{account}/orders")]
 async fn create_order(mut account: idem::UnverifiedScope<web::Path<i64>>) -> HttpResponse {
     let _ = &mut account;
     HttpResponse::Created().finish()
 }
 
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 #[route("/accounts/{account}/payments", method = "POST")]
 async fn create_payment(account: idem::UnverifiedScope<web::Path<i64>>) -> HttpResponse {
     let _ = account;
     HttpResponse::Created().finish()
 }
 
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 #[route("/accounts/{account}/profile", method = "PUT", method = "PATCH")]
 async fn update_profile(account: idem::UnverifiedScope<web::Path<i64>>) -> HttpResponse {
     let _ = account;

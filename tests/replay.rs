@@ -74,7 +74,7 @@ async fn a_new_key_creates_a_new_order<DB: TestBackend>() {
 /// the replay carries.
 #[post("/test/cookie")]
 #[idem::idempotent(scope = account, retention = "24h")]
-async fn with_cookie(account: Account, tx: idem::Tx) -> HttpResponse {
+async fn with_cookie(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO orders (account_id, item, quantity, amount_cents) \
          VALUES ($1, 'cookie', 1, 0) RETURNING id",

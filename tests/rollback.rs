@@ -67,7 +67,7 @@ struct Flaky {
 async fn flaky(
     account: Account,
     flaky: web::Data<Flaky>,
-    tx: idem::Tx,
+    tx: idem::Tx<'_, sqlx::Postgres>,
 ) -> Result<HttpResponse, AppError> {
     let attempt = flaky.attempts.fetch_add(1, Ordering::SeqCst) + 1;
     let id: i64 = sqlx::query_scalar(

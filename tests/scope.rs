@@ -163,7 +163,7 @@ impl idem::ScopeKey for Tenant {
 
 #[post("/test/tenant")]
 #[idem::idempotent(scope = tenant, retention = "24h")]
-async fn tenant_order(tenant: Tenant, tx: idem::Tx) -> HttpResponse {
+async fn tenant_order(tenant: Tenant, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO orders (account_id, item, quantity, amount_cents) \
          VALUES (0, $1, 1, 0) RETURNING id",

@@ -6,7 +6,7 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ReturnType};
 
-use crate::model::{Expansion, Fallback, Model, Rejected, Shell};
+use crate::model::{Expansion, Fallback, Model, Rejected, Shell, UNNAMED};
 use crate::syntax::Role;
 use crate::validate::KeySpec;
 
@@ -29,7 +29,7 @@ fn local(name: &str) -> Ident {
 /// user's type is wholly the user's: its error is reported at that type alone, not from
 /// the attribute to the type. The path resolves the same from there (it is absolute, or
 /// written by the user).
-fn krate_at(krate: &syn::Path, span: Span) -> TokenStream {
+pub(crate) fn krate_at(krate: &syn::Path, span: Span) -> TokenStream {
     krate
         .to_token_stream()
         .into_iter()
@@ -59,6 +59,15 @@ fn outer_signature(krate: &syn::Path, shell: &Shell) -> TokenStream {
     }
 }
 
+/// The alias of the database nothing names, if something names none: one definition,
+/// so its compile error (with both databases enabled) is reported once.
+fn unnamed_alias(shell: &Shell) -> Option<TokenStream> {
+    shell.unnamed.as_ref().map(|ty| {
+        let alias = Ident::new(UNNAMED, Span::mixed_site());
+        quote!(type #alias = #ty;)
+    })
+}
+
 impl ToTokens for Rejected {
     fn to_tokens(&self, tokens: &mut TokenStream) {
         match &self.fallback {
@@ -66,8 +75,10 @@ impl ToTokens for Rejected {
             Fallback::Nested(shell) => {
                 let outer = outer_signature(&self.krate, shell);
                 let inner = &shell.inner;
+                let unnamed = unnamed_alias(shell);
                 tokens.extend(quote! {
                     #outer {
+                        #unnamed
                         #[allow(dead_code, unused)]
                         #inner
                         ::core::unreachable!()
@@ -182,8 +193,10 @@ impl ToTokens for Model {
             },
         };
 
+        let unnamed = unnamed_alias(&self.shell);
         tokens.extend(quote! {
             #outer {
+                #unnamed
                 #inner
 
                 static #policy: #krate::__private::Policy = #krate::__private::Policy::new(

@@ -22,7 +22,7 @@ mod validate;
 /// ```ignore
 /// #[post("/orders")]
 /// #[idempotent(scope = account, retention = "24h")]
-/// async fn create_order(account: Account, tx: idem::Tx, body: web::Json<NewOrder>)
+/// async fn create_order(account: Account, tx: idem::Tx<'_, sqlx::Postgres>, body: web::Json<NewOrder>)
 ///     -> Result<HttpResponse, AppError> { .. }
 /// ```
 ///
@@ -39,13 +39,18 @@ mod validate;
 /// - `key = header("<name>")` or `key = json("<field>")` (default: the `Idempotency-Key`
 ///   header): a webhook event's id as the key, from a request header or a field of the
 ///   JSON body (a member's name, or a JSON Pointer starting with `/`).
+/// - `backend = <type>` (a handler with neither `idem::Tx` nor `idem::Phases`; needed
+///   when both database features are on, refused beside either): the database whose
+///   `Idem` keeps the keys, e.g. `backend = sqlx::Sqlite`. A `Tx` or `Phases` names its
+///   database in its type parameter; a bare one means the one database enabled, and is
+///   a compile error at its type while both are.
 ///
 /// The phased form:
 ///
 /// ```ignore
 /// #[post("/payments")]
 /// #[idempotent(scope = account, retention = "24h", lease = "30s")]
-/// async fn create_payment(account: Account, phases: idem::Phases, body: web::Json<NewPayment>)
+/// async fn create_payment(account: Account, phases: idem::Phases<sqlx::Postgres>, body: web::Json<NewPayment>)
 ///     -> Result<HttpResponse, AppError> {
 ///     let payment: Payment = phases.run("payment_created", async |mut tx| { .. }).await?;
 ///     ..

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Type, Visibility};
 
@@ -48,9 +48,18 @@ pub(crate) struct Shell {
     /// The generated handler's visibility, as the user wrote it.
     pub(crate) vis: Visibility,
     /// The user's function: private, with `Tx` parameters given a lifetime and `mut`,
-    /// and without the attributes that moved to the generated handler.
+    /// a `Tx` or `Phases` that names no database given [`UNNAMED`], and without the
+    /// attributes that moved to the generated handler.
     pub(crate) inner: ItemFn,
+    /// The type [`UNNAMED`] stands for, when a parameter or the handler names no
+    /// database: the runtime's `unnamed_backend!`, which is the default backend or the
+    /// one compile error. Defined once beside the user's function and named by both it
+    /// and the generated code, so the error is reported once.
+    pub(crate) unnamed: Option<TokenStream>,
 }
+
+/// The name of the alias for the database nothing names (see [`Shell::unnamed`]).
+pub(crate) const UNNAMED: &str = "__IdemBackend";
 
 /// A parameter of the user's function.
 pub(crate) struct Param {
@@ -114,22 +123,51 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
     if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
         errors.push(phases_with_tx(phases, tx));
     }
+    if let (Arg::Given(backend), Some(param)) =
+        (&args.backend, params.tx.as_ref().or(params.phases.as_ref()))
+    {
+        errors.push(backend_beside_param(backend, param));
+    }
 
+    // The first parameter that names no database decides the message; a handler with
+    // neither kind of parameter and no `backend = ..` names none either.
+    let unnamed = match params.params.iter().find(|p| p.role != Role::Extractor) {
+        Some(param) if !syntax::names_backend(&param.ty) => {
+            let form = if param.role == Role::Tx {
+                "Tx"
+            } else {
+                "Phases"
+            };
+            let (first, last) = syntax::first_and_last(&param.ty);
+            Some(unnamed_backend(&krate, form, first, last))
+        }
+        Some(_) => None,
+        None => match args.backend {
+            Arg::Absent => Some(unnamed_backend(&krate, "handler", args.span, args.end)),
+            // Unreadable: the list's error is reported, and whether it named a backend
+            // is unknown.
+            Arg::Given(_) | Arg::Unreadable => None,
+        },
+    };
     let shell = {
         let mut inner = func.clone();
-        syntax::normalize_params(&mut inner);
+        syntax::normalize_params(&mut inner, |ty| {
+            let span = ty.span().resolved_at(Span::mixed_site());
+            Type::Verbatim(Ident::new(UNNAMED, span).into_token_stream())
+        });
         inner.attrs = attrs.inner;
         inner.vis = Visibility::Inherited;
         Shell {
             attrs: attrs.outer,
             vis: func.vis.clone(),
             inner,
+            unnamed: unnamed.clone(),
         }
     };
     let error = errors.finish();
     match (scope, error) {
         (Some(scope), None) => Expansion::Handler(Model {
-            backend: backend(&krate, &params.params),
+            backend: backend(&krate, &args, &params.params, unnamed.is_some()),
             krate,
             shell,
             params: params.params,
@@ -348,10 +386,15 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
     None
 }
 
-/// The backend's type: the transaction's or the phases' type parameter, or the default
-/// backend when the handler has neither. Spanned at the parameter's type, so an
-/// unsupported database is reported there.
-fn backend(krate: &syn::Path, params: &[Param]) -> TokenStream {
+/// The backend's type: the transaction's or the phases' type parameter, or `backend = ..`
+/// when the handler has neither. Spanned at the type that names it, so an unsupported
+/// database is reported there. Where nothing names one (`unnamed`), the alias
+/// [`UNNAMED`].
+fn backend(krate: &syn::Path, args: &Args, params: &[Param], unnamed: bool) -> TokenStream {
+    if unnamed {
+        let alias = Ident::new(UNNAMED, Span::mixed_site());
+        return quote!(#alias);
+    }
     match params.iter().find(|p| p.role != Role::Extractor) {
         Some(param) if param.role == Role::Tx => {
             let ty = syntax::tx_type_static(&param.ty);
@@ -361,8 +404,43 @@ fn backend(krate: &syn::Path, params: &[Param]) -> TokenStream {
             let ty = &param.ty;
             quote_spanned!(ty.span()=> <#ty as #krate::__private::PhasesBackend>::Backend)
         }
-        None => quote!(<#krate::Tx<'static> as #krate::__private::TxBackend>::Backend),
+        None => match &args.backend {
+            Arg::Given(ty) => quote!(#ty),
+            // Not reached: without `backend`, `unnamed` is set.
+            Arg::Absent | Arg::Unreadable => quote!(#krate::DefaultBackend),
+        },
     }
+}
+
+/// The database of a `Tx` or `Phases` that names none, or of a handler that takes
+/// neither (`form` says which): `DefaultBackend` while one database is enabled, else a
+/// compile error saying to name one. The runtime's macro decides, as only it knows its
+/// features. Spanned from `first` to `last`, so the error underlines the user's whole
+/// type (or the attribute's arguments) and nothing of the generated code.
+fn unnamed_backend(krate: &syn::Path, form: &str, first: Span, last: Span) -> TokenStream {
+    let path = crate::expand::krate_at(krate, first);
+    let form = Ident::new(form, last);
+    let mut call = quote_spanned!(first=> #path::__private::unnamed_backend!);
+    call.extend(std::iter::once(proc_macro2::TokenTree::Group({
+        let mut group = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#form));
+        group.set_span(last);
+        group
+    })));
+    call
+}
+
+/// Points at `backend = ..` beside a `Tx` or `Phases`: the parameter's type names the
+/// database, and two places naming it could disagree.
+fn backend_beside_param(backend: &Type, param: &Named) -> syn::Error {
+    syn::Error::new_spanned(
+        backend,
+        format!(
+            "`backend` names the database of a handler without `idem::Tx` or \
+             `idem::Phases`; this one's is the type parameter of `{}`: remove `backend` \
+             and write e.g. `idem::Tx<'_, sqlx::Sqlite>`",
+            param.name
+        ),
+    )
 }
 
 /// Points at the `Tx` parameter: beside phases, it is the one that cannot work.

@@ -5,12 +5,12 @@ use proc_macro2::{Span, TokenStream};
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token};
+use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token, Type};
 
 use crate::errors::Errors;
 
 /// The valid argument names, as listed in error messages.
-const KEYS: &str = "`scope`, `retention`, `lease`, `key` or `crate`";
+const KEYS: &str = "`scope`, `retention`, `lease`, `key`, `backend` or `crate`";
 
 /// One argument as the list left it.
 pub(crate) enum Arg<T> {
@@ -45,8 +45,14 @@ pub(crate) struct Args {
     pub(crate) krate: Arg<syn::Path>,
     /// `key = header("..")` or `key = json("..")`: a webhook event's id is the key.
     pub(crate) key: Arg<KeyArg>,
+    /// `backend = sqlx::Sqlite`: the database of a handler that takes no `Tx` or
+    /// `Phases`, needed when both databases are enabled.
+    pub(crate) backend: Arg<Type>,
     /// The whole argument list, for "missing argument" errors.
     pub(crate) span: Span,
+    /// The list's last token: with `span`, what a message about the whole list
+    /// underlines (stable proc macros cannot join spans).
+    pub(crate) end: Span,
 }
 
 /// Parses the attribute arguments. Errors go to `errors`, and what could be read is
@@ -57,13 +63,20 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
     } else {
         tokens.span()
     };
+    let end = tokens
+        .clone()
+        .into_iter()
+        .last()
+        .map_or(span, |token| token.span());
     let mut args = Args {
         scope: Arg::Absent,
         retention: Arg::Absent,
         lease: Arg::Absent,
         krate: Arg::Absent,
         key: Arg::Absent,
+        backend: Arg::Absent,
         span,
+        end,
     };
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
         Ok(metas) => metas,
@@ -74,6 +87,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             args.lease = Arg::Unreadable;
             args.krate = Arg::Unreadable;
             args.key = Arg::Unreadable;
+            args.backend = Arg::Unreadable;
             return args;
         }
     };
@@ -99,6 +113,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             "lease" => set(&mut args.lease, name, duration(name, &pair.value, "30s")),
             "crate" => set(&mut args.krate, name, crate_path(&pair.value)),
             "key" => set(&mut args.key, name, key_source(&pair.value)),
+            "backend" => set(&mut args.backend, name, backend(&pair.value)),
             _ => Err(unknown(&pair.path)),
         };
         if let Err(error) = stored {
@@ -177,6 +192,17 @@ fn crate_path(value: &Expr) -> syn::Result<syn::Path> {
              dependency renamed to `my_idem`",
         )
     })
+}
+
+/// `backend = sqlx::Sqlite`: a type path, checked by the compiler where it is used.
+fn backend(value: &Expr) -> syn::Result<Type> {
+    match value {
+        Expr::Path(path) if path.attrs.is_empty() => syn::parse2(quote::quote!(#path)),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`backend` takes the database's type, e.g. `backend = sqlx::Sqlite`",
+        )),
+    }
 }
 
 /// Where the key comes from instead of the `Idempotency-Key` header, as written.

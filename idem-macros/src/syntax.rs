@@ -228,18 +228,25 @@ pub(crate) fn binding(pat: &Pat) -> Option<&Ident> {
 
 /// Gives each `Tx` parameter the lifetime an `async fn` parameter needs (E0726 otherwise)
 /// and a `mut` binding, so `tx: idem::Tx` can be written as the docs show; `Phases`
-/// parameters get the `mut` binding its `run` needs.
-pub(crate) fn normalize_params(func: &mut ItemFn) {
+/// parameters get the `mut` binding its `run` needs. A `Tx` or `Phases` that names no
+/// database is given `unnamed(ty)` as its database.
+pub(crate) fn normalize_params(func: &mut ItemFn, unnamed: impl Fn(&Type) -> Type) {
     for input in &mut func.sig.inputs {
         let FnArg::Typed(arg) = input else { continue };
-        match Role::of(&arg.ty) {
-            Role::Tx => {
-                if let Type::Path(path) = &mut *arg.ty {
-                    set_lifetime(path, Lifetime::new("'_", path.span()), false);
-                }
+        let role = Role::of(&arg.ty);
+        if role == Role::Extractor {
+            continue;
+        }
+        if !names_backend(&arg.ty) {
+            let backend = unnamed(&arg.ty);
+            if let Type::Path(path) = &mut *arg.ty {
+                set_backend(path, backend);
             }
-            Role::Phases => {}
-            Role::Extractor => continue,
+        }
+        if role == Role::Tx
+            && let Type::Path(path) = &mut *arg.ty
+        {
+            set_lifetime(path, Lifetime::new("'_", path.span()), false);
         }
         if let Pat::Ident(pat) = &mut *arg.pat
             && pat.by_ref.is_none()
@@ -248,6 +255,48 @@ pub(crate) fn normalize_params(func: &mut ItemFn) {
             pat.mutability = Some(Token![mut](pat.ident.span()));
             arg.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
         }
+    }
+}
+
+/// The spans of a type's first and last tokens: a span from one to the other covers the
+/// type as written (stable proc macros cannot join spans themselves).
+pub(crate) fn first_and_last(ty: &Type) -> (Span, Span) {
+    let mut tokens = quote::ToTokens::to_token_stream(ty).into_iter();
+    let first = tokens
+        .next()
+        .map_or_else(Span::call_site, |token| token.span());
+    let last = tokens.last().map_or(first, |token| token.span());
+    (first, last)
+}
+
+/// Whether a `Tx` or `Phases` type names its database: `Tx<'_, sqlx::Sqlite>`,
+/// `Phases<DB>`, not `Tx`, `Tx<'_>` or `Phases`.
+pub(crate) fn names_backend(ty: &Type) -> bool {
+    let Type::Path(path) = ty else { return true };
+    path.path
+        .segments
+        .last()
+        .is_none_or(|last| match &last.arguments {
+            PathArguments::AngleBracketed(args) => args
+                .args
+                .iter()
+                .any(|arg| !matches!(arg, GenericArgument::Lifetime(_))),
+            PathArguments::None => false,
+            PathArguments::Parenthesized(_) => true,
+        })
+}
+
+/// Appends the database to the type's arguments, after its lifetime if it has one.
+fn set_backend(path: &mut TypePath, backend: Type) {
+    let Some(last) = path.path.segments.last_mut() else {
+        return;
+    };
+    match &mut last.arguments {
+        PathArguments::None => {
+            last.arguments = PathArguments::AngleBracketed(syn::parse_quote!(<#backend>));
+        }
+        PathArguments::AngleBracketed(args) => args.args.push(GenericArgument::Type(backend)),
+        PathArguments::Parenthesized(_) => {}
     }
 }
 

@@ -32,7 +32,7 @@ use crate::store::{Backend, DefaultBackend};
 /// let app = App::new().app_data(idem.clone());
 /// # }
 /// ```
-pub struct Idem<DB: Backend = DefaultBackend> {
+pub struct Idem<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     pool: Pool<DB>,
     settings: Arc<Settings>,
     /// How the store opens a request's transaction with this `claim_wait`.

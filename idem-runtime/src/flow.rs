@@ -679,7 +679,7 @@ mod tests {
     /// The database refused the COMMIT: rolled back. Its answer was lost: unknown.
     #[test]
     fn a_failed_commit_says_what_is_known_of_its_outcome() {
-        use crate::store::DefaultBackend;
+        use crate::store::AnyBackend as DefaultBackend;
 
         let detail = |response: HttpResponse| {
             let body = body::to_bytes(response.into_body())

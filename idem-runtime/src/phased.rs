@@ -59,7 +59,7 @@ pub const MAX_PHASE_NAME_LEN: usize = 200;
 /// }
 ///
 /// // The body of a phased handler reads like straight-line code.
-/// async fn pay(phases: &mut Phases, amount: i64) -> actix_web::Result<Payment> {
+/// async fn pay(phases: &mut Phases<sqlx::Postgres>, amount: i64) -> actix_web::Result<Payment> {
 ///     let payment: Payment = phases
 ///         .run("payment_created", async |mut tx| {
 ///             let id = sqlx::query_scalar("INSERT INTO payments (amount) VALUES ($1) RETURNING id")
@@ -90,7 +90,7 @@ pub const MAX_PHASE_NAME_LEN: usize = 200;
 /// Code outside phases runs again on every attempt, including takeovers: keep it to
 /// computing the response from the phases' outputs. Side effects belong in phases, and
 /// calls to other services take a [`derived_key`](Self::derived_key).
-pub struct Phases<DB: Backend = DefaultBackend> {
+pub struct Phases<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
     /// Outputs of the phases committed before this attempt, by name.
@@ -169,7 +169,7 @@ impl<DB: Backend> Phases<DB> {
     /// took the attempt over, 503 when the database failed).
     ///
     /// ```
-    /// # async fn f(phases: &mut idem_runtime::Phases) -> Result<(), idem_runtime::PhaseError> {
+    /// # async fn f(phases: &mut idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
     /// let id: i64 = phases
     ///     .run("created", async |mut tx| {
     ///         let id = sqlx::query_scalar("SELECT 42::int8").fetch_one(&mut *tx).await;
@@ -284,7 +284,7 @@ impl<DB: Backend> Phases<DB> {
     /// under an old key gets new derived keys.
     ///
     /// ```
-    /// # fn f(phases: &idem_runtime::Phases) {
+    /// # fn f(phases: &idem_runtime::Phases<sqlx::Postgres>) {
     /// let key = phases.derived_key("charge");
     /// assert_eq!(key.len(), 36);
     /// assert_ne!(key, phases.derived_key("refund"));
@@ -303,7 +303,7 @@ impl<DB: Backend> Phases<DB> {
     /// hold it too.
     ///
     /// ```
-    /// # async fn f(phases: &mut idem_runtime::Phases) -> Result<(), idem_runtime::PhaseError> {
+    /// # async fn f(phases: &mut idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
     /// let lease = phases.lease();
     /// phases
     ///     .run("imported", async |tx| {
@@ -328,7 +328,7 @@ impl<DB: Backend> Phases<DB> {
     /// attempt left unfinished; `None` for a first attempt.
     ///
     /// ```
-    /// # fn f(phases: &idem_runtime::Phases) {
+    /// # fn f(phases: &idem_runtime::Phases<sqlx::Postgres>) {
     /// if let Some(point) = phases.recovery_point() {
     ///     tracing::info!(point, "resuming a payment");
     /// }
@@ -353,7 +353,7 @@ impl<DB: Backend> fmt::Debug for Phases<DB> {
 /// Extends the lease of a phased attempt; from [`Phases::lease`].
 ///
 /// ```
-/// # async fn f(phases: &idem_runtime::Phases) -> Result<(), idem_runtime::PhaseError> {
+/// # async fn f(phases: &idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
 /// let lease = phases.lease();
 /// // A heartbeat on another task: the handle is `Send` and cheap to clone.
 /// let heartbeat = lease.clone();
@@ -365,7 +365,7 @@ impl<DB: Backend> fmt::Debug for Phases<DB> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Lease<DB: Backend = DefaultBackend> {
+pub struct Lease<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
 }
@@ -385,7 +385,7 @@ impl<DB: Backend> Lease<DB> {
     /// (While the phase holds the lock, no retry can take the key over either.)
     ///
     /// ```
-    /// # async fn f(lease: &idem_runtime::Lease) -> Result<(), idem_runtime::PhaseError> {
+    /// # async fn f(lease: &idem_runtime::Lease<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
     /// lease.extend().await?;
     /// # Ok(())
     /// # }
@@ -411,7 +411,7 @@ impl<DB: Backend> Lease<DB> {
     /// `lease` argument.
     ///
     /// ```
-    /// # fn f(lease: &idem_runtime::Lease) {
+    /// # fn f(lease: &idem_runtime::Lease<sqlx::Postgres>) {
     /// let every = lease.duration() / 3;
     /// # let _ = every;
     /// # }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use crate::store::{Backend, DefaultBackend};
+use crate::store::{Backend, ChosenBackend, DefaultBackend};
 
 /// The database transaction idem opened for this request, handed to the handler.
 ///
@@ -15,22 +15,23 @@ use crate::store::{Backend, DefaultBackend};
 /// It has no `commit` or `rollback`: idem commits when the handler returns a
 /// response below 500 and rolls back on a 5xx, a panic or a storage error.
 ///
-/// Write `tx: idem::Tx` in an `#[idempotent]` handler; the macro supplies the
-/// lifetime and makes the binding mutable. The type parameter names the database:
-/// `idem::Tx` is PostgreSQL, `idem::Tx<'_, sqlx::Sqlite>` SQLite, and the handler's
-/// `Idem` must be built on a pool of that database.
+/// Write `tx: idem::Tx<'_, sqlx::Postgres>` in an `#[idempotent]` handler; the macro
+/// makes the binding mutable (and supplies the lifetime if it is left out). The type
+/// parameter names the database, `sqlx::Postgres` or `sqlx::Sqlite`, and the handler's
+/// `Idem` must be built on a pool of that database. A bare `idem::Tx` means the one
+/// database enabled, and does not compile when both are (see [`DefaultBackend`]).
 ///
 /// ```
 /// use idem_runtime::Tx;
 ///
-/// async fn insert_order(tx: &mut Tx<'_>, item: &str) -> sqlx::Result<i64> {
+/// async fn insert_order(tx: &mut Tx<'_, sqlx::Postgres>, item: &str) -> sqlx::Result<i64> {
 ///     sqlx::query_scalar("INSERT INTO orders (item) VALUES ($1) RETURNING id")
 ///         .bind(item)
 ///         .fetch_one(&mut **tx)
 ///         .await
 /// }
 /// ```
-pub struct Tx<'c, DB: Backend = DefaultBackend> {
+pub struct Tx<'c, DB: ChosenBackend<'static> = DefaultBackend> {
     conn: &'c mut DB::Connection,
 }
 

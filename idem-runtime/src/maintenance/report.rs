@@ -90,7 +90,7 @@ impl std::error::Error for SweepError {
 /// plus the last sweep as gauges).
 ///
 /// ```no_run
-/// # fn export(expiry: &idem_runtime::Expiry) {
+/// # fn export(expiry: &idem_runtime::Expiry<sqlx::Postgres>) {
 /// let stats = expiry.stats();
 /// if let Some(last) = stats.last_sweep {
 ///     println!("idem_expiry_last_sweep_seconds {}", last.duration.as_secs_f64());

@@ -97,7 +97,7 @@ async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
-/// let handle: idem_runtime::ExpiryHandle = idem_runtime::Expiry::new(pool).spawn();
+/// let handle: idem_runtime::ExpiryHandle<sqlx::Postgres> = idem_runtime::Expiry::new(pool).spawn();
 /// handle.stop().await;
 /// # }
 /// ```
@@ -107,7 +107,7 @@ impl<DB: Backend> TaskHandle<Arc<Expiry<DB>>> {
     /// Totals of the task's sweeps so far; see [`Expiry::stats`].
     ///
     /// ```no_run
-    /// # fn export(handle: &idem_runtime::ExpiryHandle) {
+    /// # fn export(handle: &idem_runtime::ExpiryHandle<sqlx::Postgres>) {
     /// let stats = handle.stats();
     /// println!("idem_expiry_sweeps_total {}", stats.sweeps);
     /// println!("idem_expiry_failed_sweeps_total {}", stats.failed_sweeps);

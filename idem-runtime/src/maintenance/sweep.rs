@@ -50,7 +50,7 @@ const TRACE_TARGET: &str = "idem_runtime::expiry";
 /// handle.stop().await;
 /// # }
 /// ```
-pub struct Expiry<DB: Backend = DefaultBackend> {
+pub struct Expiry<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     pub(super) pool: Pool<DB>,
     pub(super) interval: Duration,
     batch_size: u32,
@@ -87,9 +87,10 @@ impl<DB: Backend> fmt::Debug for Expiry<DB> {
     }
 }
 
-// The defaults are on `Expiry` with the default backend so that `Expiry::DEFAULT_*` needs
-// no type annotation; they hold for every backend.
-impl Expiry {
+// The defaults are on `Expiry` of one backend so that `Expiry::DEFAULT_*` needs no type
+// annotation; they hold for every backend. Not the default backend: with both databases
+// enabled that is none.
+impl Expiry<crate::store::AnyBackend> {
     /// Rows per batch unless [`batch_size`](Self::batch_size) says otherwise. A batch of
     /// 100 is a few milliseconds of one backend's work, short enough that live requests
     /// arriving meanwhile barely wait: with batches of 1000 (20 ms apart) live p99 rose
@@ -193,7 +194,7 @@ impl<DB: Backend> Expiry<DB> {
     /// Totals of every sweep run by this value and its clones, for export as metrics.
     ///
     /// ```
-    /// # fn export(expiry: &idem_runtime::Expiry) {
+    /// # fn export(expiry: &idem_runtime::Expiry<sqlx::Postgres>) {
     /// let stats = expiry.stats();
     /// println!("idem_expiry_rows_deleted_total {}", stats.rows_deleted);
     /// # }

@@ -85,7 +85,7 @@ impl<T> TaskHandle<T> {
     /// next relay.
     ///
     /// ```no_run
-    /// # async fn shutdown(handle: idem_runtime::ExpiryHandle) {
+    /// # async fn shutdown(handle: idem_runtime::ExpiryHandle<sqlx::Postgres>) {
     /// handle.stop().await;
     /// # }
     /// ```

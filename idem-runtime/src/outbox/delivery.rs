@@ -25,7 +25,7 @@ impl<DB: Backend> Relay<DB> {
     /// calls it in a loop.
     ///
     /// ```no_run
-    /// # async fn f(relay: idem_runtime::Relay) -> sqlx::Result<()> {
+    /// # async fn f(relay: idem_runtime::Relay<sqlx::Postgres>) -> sqlx::Result<()> {
     /// let delivered = relay
     ///     .deliver_once(&|message: idem_runtime::Message| async move {
     ///         println!("{}", message.id());

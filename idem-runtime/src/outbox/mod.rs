@@ -30,7 +30,7 @@ impl<DB: Backend> Tx<'_, DB> {
     /// in a phase of the phased form.
     ///
     /// ```
-    /// # async fn f(tx: &mut idem_runtime::Tx<'_>, order_id: i64) -> sqlx::Result<()> {
+    /// # async fn f(tx: &mut idem_runtime::Tx<'_, sqlx::Postgres>, order_id: i64) -> sqlx::Result<()> {
     /// let id = tx
     ///     .enqueue("order_confirmation", &serde_json::json!({ "order": order_id }))
     ///     .await?;

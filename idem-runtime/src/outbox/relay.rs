@@ -65,7 +65,7 @@ const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// marking the message delivered has it delivered again, and a relay stalled for longer
 /// than the timeout (a paused process, a database it cannot reach) may find the message
 /// delivered elsewhere while its own handler still runs. Consumers deduplicate by the id.
-pub struct Relay<DB: Backend = DefaultBackend> {
+pub struct Relay<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     pub(super) pool: Pool<DB>,
     pub(super) batch_size: u32,
     pub(super) poll_interval: Duration,

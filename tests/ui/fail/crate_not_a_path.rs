@@ -1,5 +1,5 @@
 #[actix_web::post("/accounts/{account}/orders")]
-#[idem::idempotent(scope = account, crate = 7)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres, crate = 7)]
 async fn create_order(account: actix_web::web::ReqData<i64>) -> &'static str {
     "created"
 }

@@ -1,7 +1,7 @@
 // A second `#[idempotent]` is one mistake, reported at the second attribute.
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 #[actix_web::post("/accounts/{account}/orders")]
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 async fn create_order(account: actix_web::web::ReqData<i64>) -> &'static str {
     "created"
 }

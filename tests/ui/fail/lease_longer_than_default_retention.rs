@@ -1,6 +1,6 @@
 #[actix_web::post("/accounts/{account}/payments")]
 #[idem::idempotent(scope = account, lease = "25h")]
-async fn create_payment(account: actix_web::web::ReqData<i64>, phases: idem::Phases) -> &'static str {
+async fn create_payment(account: actix_web::web::ReqData<i64>, phases: idem::Phases<sqlx::Postgres>) -> &'static str {
     let _ = (account, phases);
     "created"
 }

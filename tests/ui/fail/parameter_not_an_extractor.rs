@@ -1,7 +1,7 @@
 struct Clock;
 
 #[actix_web::post("/accounts/{account}/orders")]
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 async fn create_order(account: actix_web::web::ReqData<i64>, _clock: Clock) -> &'static str {
     let _ = account;
     "created"

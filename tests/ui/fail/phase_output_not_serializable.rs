@@ -7,7 +7,7 @@ struct Charge {
 #[idem::idempotent(scope = account, lease = "30s")]
 async fn create_payment(
     account: actix_web::web::ReqData<i64>,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
 ) -> actix_web::Result<String> {
     let _ = account;
     let charge = phases

@@ -2,7 +2,7 @@
 #[idem::idempotent(scope = account, lease = "30s")]
 async fn create_payment(
     account: actix_web::web::ReqData<i64>,
-    phases: &mut idem::Phases,
+    phases: &mut idem::Phases<sqlx::Postgres>,
 ) -> &'static str {
     let _ = (account, phases);
     "created"

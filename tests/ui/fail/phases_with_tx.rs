@@ -2,8 +2,8 @@
 #[idem::idempotent(scope = account, lease = "30s")]
 async fn create_payment(
     account: actix_web::web::ReqData<i64>,
-    phases: idem::Phases,
-    tx: idem::Tx,
+    phases: idem::Phases<sqlx::Postgres>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
 ) -> &'static str {
     let _ = (account, phases, tx);
     "created"

@@ -1,7 +1,7 @@
 // `#[routes]` registers every method attribute below it: the GET among them is refused.
 use actix_web::routes;
 
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 #[routes]
 #[post("/accounts/{account}/orders")]
 #[get("/accounts/{account}/orders")]

@@ -3,7 +3,7 @@ use actix_web::{HttpResponse, post, web};
 
 #[post("/accounts/{account}/orders")]
 #[idem::idempotent(scope = account)]
-async fn create_order(account: web::Path<i64>, tx: idem::Tx) -> HttpResponse {
+async fn create_order(account: web::Path<i64>, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     let _ = (account, tx);
     HttpResponse::Created().finish()
 }

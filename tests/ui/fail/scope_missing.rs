@@ -1,5 +1,5 @@
 #[actix_web::post("/orders")]
-#[idem::idempotent(retention = "24h")]
+#[idem::idempotent(backend = sqlx::Postgres, retention = "24h")]
 async fn create_order(account: actix_web::web::ReqData<i64>) -> &'static str {
     "created"
 }

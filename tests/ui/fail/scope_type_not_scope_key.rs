@@ -6,7 +6,7 @@ struct Account {
 }
 
 #[actix_web::post("/orders")]
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 async fn create_order(account: web::Query<Account>) -> String {
     account.id.to_string()
 }

@@ -1,4 +1,4 @@
-// The type parameter of `idem::Tx` names the database; it must be one idem supports.
+// The type parameter of `idem::Tx<'_, sqlx::Postgres>` names the database; it must be one idem supports.
 use actix_web::{HttpResponse, post, web};
 use idem::idempotent;
 

@@ -9,7 +9,7 @@ mod platform {
 
 #[post("/orders")]
 #[platform::keys::idempotent(scope = account, crate = platform::keys)]
-async fn create_order(account: web::ReqData<i64>, tx: platform::keys::Tx) -> HttpResponse {
+async fn create_order(account: web::ReqData<i64>, tx: platform::keys::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     let _ = (account, &mut *tx);
     HttpResponse::Created().finish()
 }
@@ -19,7 +19,7 @@ async fn create_order(account: web::ReqData<i64>, tx: platform::keys::Tx) -> Htt
 #[post("/payments")]
 async fn create_payment(
     account: web::ReqData<i64>,
-    phases: platform::keys::Phases,
+    phases: platform::keys::Phases<sqlx::Postgres>,
 ) -> HttpResponse {
     let _ = (account, phases);
     HttpResponse::Created().finish()

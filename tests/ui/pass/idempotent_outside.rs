@@ -4,7 +4,7 @@
 use actix_web::{App, Responder, post, web};
 
 /// Docs stay on the registered handler.
-#[idem::idempotent(scope = account, retention = "7d")]
+#[idem::idempotent(scope = account, retention = "7d", backend = sqlx::Postgres)]
 #[post("/accounts/{account}/pings")]
 #[must_use = "kept on the user's function"]
 async fn ping(
@@ -23,7 +23,7 @@ async fn audit(conn: &mut sqlx::PgConnection) -> sqlx::Result<()> {
 #[actix_web::put("/things/{key}")]
 async fn put_thing(
     key: idem::UnverifiedScope<web::Path<String>>,
-    tx: idem::Tx<'_>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
     body: String,
 ) -> actix_web::HttpResponse {
     let _ = audit(&mut tx).await;

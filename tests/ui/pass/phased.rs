@@ -1,4 +1,4 @@
-// The phased form: a lease, `idem::Phases`, phases with their own transactions, a derived
+// The phased form: a lease, `idem::Phases<sqlx::Postgres>`, phases with their own transactions, a derived
 // key, a lease extension and an outbox message.
 use actix_web::{App, HttpResponse, post, web};
 use idem::idempotent;
@@ -12,7 +12,7 @@ struct Payment {
 #[idempotent(scope = account, retention = "24h", lease = "30s")]
 async fn create_payment(
     account: web::ReqData<i64>,
-    phases: idem::Phases,
+    phases: idem::Phases<sqlx::Postgres>,
     body: web::Json<serde_json::Value>,
 ) -> actix_web::Result<HttpResponse> {
     let payment: Payment = phases

@@ -31,7 +31,7 @@ struct NewOrder {
 #[idempotent(scope = account, retention = "24h")]
 async fn create_order(
     account: Account,
-    tx: idem::Tx,
+    tx: idem::Tx<'_, sqlx::Postgres>,
     body: web::Json<NewOrder>,
 ) -> actix_web::Result<HttpResponse> {
     sqlx::query("INSERT INTO orders (account_id, item) VALUES ($1, $2)")

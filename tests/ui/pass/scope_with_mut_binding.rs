@@ -2,7 +2,7 @@
 // `account`), and a route attribute with one unsafe method, or several.
 use actix_web::{App, HttpResponse, route, web};
 
-#[idem::idempotent(scope = account)]
+#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
 #[route("/orders", method = "POST")]
 async fn create_order(mut account: web::ReqData<i64>) -> HttpResponse {
     let _ = &mut account;
@@ -11,7 +11,7 @@ async fn create_order(mut account: web::ReqData<i64>) -> HttpResponse {
 
 #[idem::idempotent(scope = account)]
 #[route("/orders/{id}", method = "PUT", method = "PATCH")]
-async fn update_order(account: web::ReqData<i64>, tx: idem::Tx) -> HttpResponse {
+async fn update_order(account: web::ReqData<i64>, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     let _ = (account, &mut *tx);
     HttpResponse::NoContent().finish()
 }

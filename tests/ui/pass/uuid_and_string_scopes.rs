@@ -4,12 +4,12 @@ use actix_web::{App, HttpResponse, delete, patch, web};
 
 #[patch("/by-uuid/{id}")]
 #[idem::idempotent(scope = id)]
-async fn by_uuid(id: web::ReqData<uuid::Uuid>, _tx: idem::Tx) -> HttpResponse {
+async fn by_uuid(id: web::ReqData<uuid::Uuid>, _tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
     HttpResponse::NoContent().finish()
 }
 
 #[delete("/by-name/{name}")]
-#[idem::idempotent(scope = name)]
+#[idem::idempotent(scope = name, backend = sqlx::Postgres)]
 async fn by_name(name: idem::UnverifiedScope<web::Path<String>>) -> HttpResponse {
     HttpResponse::NoContent().finish()
 }

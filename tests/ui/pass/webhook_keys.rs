@@ -2,7 +2,7 @@ use actix_web::web;
 
 #[actix_web::post("/webhooks/standard")]
 #[idem::idempotent(scope = sender, key = header("Webhook-Id"), retention = "5d")]
-async fn standard(sender: idem::SignedWebhook, tx: idem::Tx) -> &'static str {
+async fn standard(sender: idem::SignedWebhook, tx: idem::Tx<'_, sqlx::Postgres>) -> &'static str {
     let _ = (sender, tx);
     "received"
 }
