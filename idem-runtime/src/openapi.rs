@@ -56,9 +56,9 @@ use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, Required};
 
-use crate::key::MAX_KEY_LEN;
-use crate::policy::Policy;
-use crate::problem::{PROBLEM_JSON, ProblemKind};
+use crate::protocol::key::MAX_KEY_LEN;
+use crate::protocol::policy::Policy;
+use crate::protocol::problem::{PROBLEM_JSON, ProblemKind};
 
 /// The name of the problem schema in `components.schemas`.
 ///

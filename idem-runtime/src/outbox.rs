@@ -22,8 +22,8 @@ use sqlx::Pool;
 use tokio::sync::{oneshot, watch};
 
 use crate::maintenance::{OnPanic, TaskHandle};
+use crate::protocol::tx::Tx;
 use crate::store::{Backend, DefaultBackend, OutboxRow};
-use crate::tx::Tx;
 
 /// How often a running relay deletes messages delivered longer ago than
 /// [`Relay::keep_delivered`].
