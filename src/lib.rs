@@ -308,9 +308,9 @@ pub use idem_runtime::phased;
 /// The problem responses idem answers with.
 pub use idem_runtime::problem;
 pub use idem_runtime::{
-    Backend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
-    IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, Phases, Policy, ScopeKey, TaskHandle, Tx,
-    UnverifiedScope, migrate, policies,
+    Backend, DefaultBackend, Fingerprint, Headers, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Idem,
+    IdempotencyKey, IntoHeaderName, IntoStatusCode, InvalidJson, KeyError, MAX_KEY_LEN, Phases,
+    Policy, ScopeKey, Settings, TaskHandle, Tx, UnverifiedScope, migrate, policies,
 };
 /// Webhook receivers (the key from a header or the body, the sender verified) and the
 /// consumer inbox for queue messages.

@@ -7,10 +7,6 @@
 mod actix;
 mod inbox;
 mod maintenance;
-#[cfg(feature = "metrics")]
-pub mod metrics;
-#[cfg(not(feature = "metrics"))]
-mod metrics;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod outbox;
@@ -20,6 +16,8 @@ mod store;
 
 #[cfg(feature = "encryption")]
 pub use protocol::encryption;
+#[cfg(feature = "metrics")]
+pub use protocol::metrics;
 pub use protocol::{phased, problem};
 
 // What a handler and its application use, at the root.

@@ -12,12 +12,12 @@ use serde_json::{Map, Value};
 use sqlx::Transaction;
 use tracing::Instrument;
 
-use crate::metrics::timed;
 use crate::protocol::config::Idem;
 use crate::protocol::fingerprint::Fingerprint;
 use crate::protocol::framework::{Framework, Unbuffered};
 use crate::protocol::headers::Headers;
 use crate::protocol::key::IdempotencyKey;
+use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::{Problem, ProblemKind};
@@ -86,7 +86,7 @@ pub(crate) async fn instrumented<W: Framework>(
     );
     let (response, outcome) = run.instrument(span.clone()).await;
     span.record("outcome", outcome.as_str());
-    crate::metrics::outcome(policy, outcome);
+    crate::protocol::metrics::outcome(policy, outcome);
     crate::protocol::webhook::after(policy, outcome);
     response
 }

@@ -7,12 +7,12 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http::HeaderName;
 
-use crate::metrics::timed;
 use crate::protocol::exchange::{
     Buffering, Done, Exchange, answer, in_progress, instrumented, storage_unavailable,
 };
 use crate::protocol::framework::Framework;
 use crate::protocol::headers::Headers;
+use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::problem::{Problem, ProblemKind};
 use crate::protocol::tx::Tx;

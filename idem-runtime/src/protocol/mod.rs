@@ -18,6 +18,10 @@ pub(crate) mod framework;
 pub(crate) mod headers;
 pub(crate) mod in_flight;
 pub(crate) mod key;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+pub(crate) mod metrics;
 pub(crate) mod outcome;
 pub mod phased;
 pub(crate) mod policy;

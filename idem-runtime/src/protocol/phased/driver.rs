@@ -8,12 +8,12 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use super::{Attempt, PhaseError, PhaseErrorKind, Phases};
-use crate::metrics::timed;
 use crate::protocol::exchange::{
     Buffering, Done, Exchange, answer, in_progress, instrumented, mismatched, storage_unavailable,
 };
 use crate::protocol::framework::Framework;
 use crate::protocol::headers::Headers;
+use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::problem::ProblemKind;
 use crate::store::{AttemptRow, Backend, ClaimRequest, PhasedClaim};
@@ -170,7 +170,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                 let take_over = DB::take_over(&mut txn, claim, fencing_token, lease);
                 match timed(self.policy, "take_over", take_over).await {
                     Ok(Some(row)) => {
-                        crate::metrics::takeover(self.policy);
+                        crate::protocol::metrics::takeover(self.policy);
                         tracing::info!(
                             recovery_point = row.recovery_point.as_deref(),
                             "took over an attempt whose lease ran out"
