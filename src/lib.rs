@@ -339,4 +339,10 @@ pub use idem_runtime::openapi;
 #[doc(hidden)]
 pub mod __private {
     pub use idem_runtime::__private::*;
+
+    /// The actix-web group, re-exported item by item (not as the runtime's module) so
+    /// that compiler errors name these paths rather than the runtime's private ones.
+    pub mod actix {
+        pub use idem_runtime::__private::actix::*;
+    }
 }
