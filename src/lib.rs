@@ -323,9 +323,10 @@ pub use idem_runtime::phased;
 /// The problem responses idem answers with.
 pub use idem_runtime::problem;
 pub use idem_runtime::{
-    Backend, ChosenBackend, DefaultBackend, Fingerprint, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED,
-    Idem, IdempotencyKey, InvalidJson, KeyError, MAX_KEY_LEN, Phases, Policy, ScopeKey, TaskHandle,
-    Tx, UnverifiedScope, migrate, policies,
+    Backend, ChosenBackend, DefaultBackend, Fingerprint, Headers, IDEMPOTENCY_KEY,
+    IDEMPOTENT_REPLAYED, Idem, IdempotencyKey, IntoHeaderName, IntoStatusCode, InvalidJson,
+    KeyError, MAX_KEY_LEN, Phases, Policy, ScopeKey, Settings, TaskHandle, Tx, UnverifiedScope,
+    migrate, policies,
 };
 /// Webhook receivers (the key from a header or the body, the sender verified) and the
 /// consumer inbox for queue messages.
@@ -357,4 +358,10 @@ pub use idem_runtime::{BothBackendsEnabled, NameTheDatabase};
 #[doc(hidden)]
 pub mod __private {
     pub use idem_runtime::__private::*;
+
+    /// The actix-web group, re-exported item by item (not as the runtime's module) so
+    /// that compiler errors name these paths rather than the runtime's private ones.
+    pub mod actix {
+        pub use idem_runtime::__private::actix::*;
+    }
 }

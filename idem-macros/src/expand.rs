@@ -53,9 +53,9 @@ fn outer_signature(krate: &syn::Path, shell: &Shell) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis async fn #name #generics (
-            #req: #krate::__private::HttpRequest,
-            #payload: #krate::__private::WebPayload,
-        ) -> #krate::__private::HttpResponse #where_clause
+            #req: #krate::__private::actix::HttpRequest,
+            #payload: #krate::__private::actix::WebPayload,
+        ) -> #krate::__private::actix::HttpResponse #where_clause
     }
 }
 
@@ -143,7 +143,7 @@ impl ToTokens for Model {
             // Spanned at the parameter's type, so "not an extractor" points there.
             let at_ty = krate_at(krate, ty.span());
             let extract = quote_spanned! {ty.span()=>
-                #at_ty::__private::extract::<#ty>(#prepared.request(), &mut #body).await
+                #at_ty::__private::actix::extract::<#ty>(#prepared.request(), &mut #body).await
             };
             extractions.push(quote! {
                 let #arg: #ty = match #extract {
@@ -168,7 +168,7 @@ impl ToTokens for Model {
         let value_at_return = Ident::new("__idem_value", ret_span.resolved_at(Span::mixed_site()));
         let at_ret = krate_at(krate, ret_span);
         let respond = quote_spanned! {ret_span=>
-            #at_ret::__private::respond(#value_at_return, &#request)
+            #at_ret::__private::actix::respond(#value_at_return, &#request)
         };
         let run = match lease_ms {
             None => quote! {
@@ -209,7 +209,7 @@ impl ToTokens for Model {
                     #krate::__private::Registration(&#policy)
                 }
 
-                let #prepared = match #krate::__private::prepare::<#backend>(&#policy, #req, #payload).await {
+                let #prepared = match #krate::__private::actix::prepare::<#backend>(&#policy, #req, #payload).await {
                     ::core::result::Result::Ok(prepared) => prepared,
                     ::core::result::Result::Err(response) => return response,
                 };

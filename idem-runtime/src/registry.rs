@@ -1,6 +1,6 @@
 //! Every `#[idempotent]` handler linked into the program, listed at run time.
 
-use crate::policy::Policy;
+use crate::protocol::policy::Policy;
 
 /// One handler's entry in the registry; submitted by the code `#[idempotent]` generates.
 #[doc(hidden)]

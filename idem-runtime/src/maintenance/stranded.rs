@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Pool;
 
-use crate::flow::encode_headers;
-use crate::problem::{PROBLEM_JSON, ProblemKind};
+use crate::protocol::exchange::encode_headers;
+use crate::protocol::problem::{PROBLEM_JSON, ProblemKind};
 use crate::store::{Backend, Resolved, StoredResponse, StrandedRow, from_micros};
 
 /// The target of this module's events, as it was before the module moved: filters
@@ -69,7 +69,7 @@ impl StrandedKey {
     /// # }
     /// ```
     pub fn derived_key(&self, step: &str) -> String {
-        crate::phased::derive_key(&self.scope, &self.key, self.generation, step)
+        crate::protocol::phased::derive_key(&self.scope, &self.key, self.generation, step)
     }
 }
 
@@ -200,7 +200,7 @@ impl Resolution {
 }
 
 fn http_value(value: &str) -> bool {
-    actix_web::http::header::HeaderValue::from_str(value).is_ok()
+    http::HeaderValue::from_str(value).is_ok()
 }
 
 /// Why [`resolve_key`] did not resolve a key.
@@ -314,7 +314,7 @@ pub async fn resolve_key<DB: Backend>(
 /// # }
 /// ```
 pub async fn resolve_key_with<DB: Backend>(
-    idem: &crate::config::Idem<DB>,
+    idem: &crate::protocol::config::Idem<DB>,
     scope: &str,
     key: &str,
     resolution: &Resolution,
@@ -325,33 +325,34 @@ pub async fn resolve_key_with<DB: Backend>(
 
 async fn resolve<DB: Backend>(
     pool: &Pool<DB>,
-    keyring: &crate::encryption::Slot,
+    keyring: &crate::protocol::encryption::Slot,
     scope: &str,
     key: &str,
     resolution: &Resolution,
     keep: Duration,
 ) -> Result<(), ResolveError> {
-    let mut headers = actix_web::http::header::HeaderMap::new();
+    let mut headers = http::HeaderMap::new();
     headers.insert(
-        actix_web::http::header::CONTENT_TYPE,
+        http::header::CONTENT_TYPE,
         resolution
             .content_type
             .parse()
             .expect("checked when the resolution was made"),
     );
-    let headers = encode_headers(&headers, &[actix_web::http::header::CONTENT_TYPE]);
+    let headers = encode_headers(&headers, &[http::header::CONTENT_TYPE]);
     // The answer is sealed to the row's generation; the update below applies only to that
     // generation, which a key in progress keeps until it completes.
     let Some(generation) = DB::generation_of(pool, scope, key).await? else {
         return Err(ResolveError::NotFound);
     };
-    let row = crate::encryption::Row {
+    let row = crate::protocol::encryption::Row {
         scope,
         key,
         generation,
         status: resolution.status,
     };
-    let (headers, body) = crate::encryption::seal(keyring, &row, headers, &resolution.body);
+    let (headers, body) =
+        crate::protocol::encryption::seal(keyring, &row, headers, &resolution.body);
     let response = StoredResponse {
         status: resolution.status,
         headers: &headers,

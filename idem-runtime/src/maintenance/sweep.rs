@@ -380,7 +380,7 @@ impl<DB: Backend> Expiry<DB> {
                 let oldest_age = report
                     .oldest_stranded
                     .and_then(|at| SystemTime::now().duration_since(at).ok());
-                crate::metrics::stranded(stranded, oldest_age);
+                crate::protocol::metrics::stranded(stranded, oldest_age);
                 if stranded > 0 {
                     tracing::warn!(
                         target: TRACE_TARGET,

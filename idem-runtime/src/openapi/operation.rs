@@ -7,8 +7,8 @@ use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{RefOr, Required};
 
 use super::responses::document_responses;
-use crate::key::MAX_KEY_LEN;
-use crate::policy::Policy;
+use crate::protocol::key::MAX_KEY_LEN;
+use crate::protocol::policy::Policy;
 
 /// Documents one operation as `policy` declares it: the key header, the published
 /// policy, the `Idempotent-Replayed` header and idem's problem responses. The

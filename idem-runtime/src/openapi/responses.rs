@@ -7,7 +7,7 @@ use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 
-use crate::problem::{PROBLEM_JSON, ProblemKind};
+use crate::protocol::problem::{PROBLEM_JSON, ProblemKind};
 
 /// The name of the problem schema in `components.schemas`.
 ///

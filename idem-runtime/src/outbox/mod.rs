@@ -12,7 +12,7 @@
 use serde::Serialize;
 
 use crate::store::Backend;
-use crate::tx::Tx;
+use crate::protocol::tx::Tx;
 
 mod delivery;
 mod message;

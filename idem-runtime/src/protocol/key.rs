@@ -2,7 +2,9 @@
 
 use std::fmt;
 
-use actix_web::http::header::{HeaderMap, HeaderName};
+use http::HeaderName;
+
+use super::headers::{Headers, as_text};
 
 /// Name of the request header that carries the key.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -108,7 +110,7 @@ impl IdempotencyKey {
     /// Reads the key from request headers: exactly one `Idempotency-Key` header.
     ///
     /// ```
-    /// use actix_web::http::header::{HeaderMap, HeaderValue};
+    /// use http::{HeaderMap, HeaderValue};
     /// use idem_runtime::{IDEMPOTENCY_KEY, IdempotencyKey, KeyError};
     ///
     /// let mut headers = HeaderMap::new();
@@ -118,18 +120,18 @@ impl IdempotencyKey {
     /// headers.append(IDEMPOTENCY_KEY, HeaderValue::from_static("order-43"));
     /// assert_eq!(IdempotencyKey::from_headers(&headers), Err(KeyError::Repeated));
     /// ```
-    pub fn from_headers(headers: &HeaderMap) -> Result<Self, KeyError> {
-        let mut values = headers.get_all(IDEMPOTENCY_KEY);
-        let value = values.next().ok_or(KeyError::Missing)?;
-        if values.next().is_some() {
+    pub fn from_headers(headers: &(impl Headers + ?Sized)) -> Result<Self, KeyError> {
+        let (value, repeated) = headers
+            .lookup(IDEMPOTENCY_KEY.as_str())
+            .ok_or(KeyError::Missing)?;
+        if repeated {
             return Err(KeyError::Repeated);
         }
-        // Non-ASCII bytes make `to_str` fail; report where, like any other bad character.
-        let bytes = value.as_bytes();
-        match value.to_str() {
-            Ok(text) => Self::parse(text),
-            Err(_) => {
-                let at = bytes.iter().position(|b| !b.is_ascii()).unwrap_or(0);
+        match as_text(value) {
+            Some(text) => Self::parse(text),
+            // Non-ASCII bytes are not text; report where, like any other bad character.
+            None => {
+                let at = value.iter().position(|b| !b.is_ascii()).unwrap_or(0);
                 Err(KeyError::InvalidChar(at))
             }
         }

@@ -44,12 +44,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use actix_web::HttpResponse;
 use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 
-use crate::outcome::Outcome;
-use crate::problem::ProblemKind;
+use crate::protocol::outcome::Outcome;
+use crate::protocol::problem::{Problem, ProblemKind};
 use crate::store::{ClaimRequest, ExistingKey};
 
 /// Marks a sealed value: `0xFF` never starts UTF-8 text, so no header block and no text
@@ -274,13 +273,11 @@ pub(crate) fn seal<'a>(
 
 /// The stored response of `existing` in clear, or the 500 that a value which does not
 /// open gets instead of a replay.
-// The error is the request's final answer, returned straight to actix.
-#[allow(clippy::result_large_err)]
 pub(crate) fn open(
     keyring: &Slot,
     claim: &ClaimRequest<'_>,
     mut existing: ExistingKey,
-) -> Result<ExistingKey, (HttpResponse, Outcome)> {
+) -> Result<ExistingKey, (Problem, Outcome)> {
     let row = Row {
         scope: claim.scope,
         key: claim.key,
@@ -324,15 +321,15 @@ pub(crate) fn open(
 }
 
 /// The 500 a stored response gets instead of a replay when it cannot be trusted.
-fn unreadable(field: &str, reason: &str) -> (HttpResponse, Outcome) {
+fn unreadable(field: &str, reason: &str) -> (Problem, Outcome) {
     tracing::error!(
         field,
         reason,
         "a stored response does not decrypt; not replayed"
     );
-    let response = ProblemKind::StoredResponseUnreadable
-        .response("the stored response to this request cannot be read; nothing was replayed");
-    (response, Outcome::Unreadable)
+    let problem = ProblemKind::StoredResponseUnreadable
+        .problem("the stored response to this request cannot be read; nothing was replayed");
+    (problem, Outcome::Unreadable)
 }
 
 #[cfg(test)]

@@ -93,13 +93,6 @@ impl<T: ScopeKey + ?Sized> ScopeKey for Arc<T> {
     }
 }
 
-/// A caller identity set by middleware (`req.extensions_mut().insert(..)`).
-impl<T: ScopeKey + Clone + 'static> ScopeKey for actix_web::web::ReqData<T> {
-    fn scope_key(&self) -> Cow<'_, str> {
-        (**self).scope_key()
-    }
-}
-
 /// A scope taken from input the caller chooses (the path, the query string), spelled out
 /// where the handler names it.
 ///
@@ -115,17 +108,16 @@ impl<T: ScopeKey + Clone + 'static> ScopeKey for actix_web::web::ReqData<T> {
 /// idem runs (in middleware, or in an extractor declared before the scope), and say so
 /// next to it.
 ///
-/// ```
-/// use actix_web::{HttpResponse, web};
-/// use idem_runtime::{ScopeKey, UnverifiedScope};
+/// Each adapter implements the framework's extractor and `ScopeKey` for its path and
+/// query types (actix-web: `UnverifiedScope<web::Path<T>>` and
+/// `UnverifiedScope<web::Query<T>>`); the wrapper itself only carries the value:
 ///
-/// // Authentication middleware in front of this route checked that the caller may
-/// // act for the account in the path.
-/// async fn create(account: UnverifiedScope<web::Path<i64>>) -> HttpResponse {
-///     HttpResponse::Created().body(format!("for {}", **account))
-/// }
-/// # let _ = create;
-/// # fn scope(s: &UnverifiedScope<web::Path<i64>>) -> String { s.scope_key().into_owned() }
+/// ```
+/// use idem_runtime::UnverifiedScope;
+///
+/// let account = UnverifiedScope(7_i64);
+/// assert_eq!(*account, 7);
+/// assert_eq!(account.into_inner(), 7);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnverifiedScope<T>(pub T);
@@ -147,31 +139,5 @@ impl<T> std::ops::Deref for UnverifiedScope<T> {
 
     fn deref(&self) -> &T {
         &self.0
-    }
-}
-
-impl<T: actix_web::FromRequest> actix_web::FromRequest for UnverifiedScope<T> {
-    type Error = T::Error;
-    type Future = futures_util::future::MapOk<T::Future, fn(T) -> Self>;
-
-    fn from_request(
-        req: &actix_web::HttpRequest,
-        payload: &mut actix_web::dev::Payload,
-    ) -> Self::Future {
-        futures_util::TryFutureExt::map_ok(T::from_request(req, payload), Self as fn(T) -> Self)
-    }
-}
-
-/// Path parameters, in routes like `/accounts/{id}/orders` behind authorization.
-impl<T: ScopeKey> ScopeKey for UnverifiedScope<actix_web::web::Path<T>> {
-    fn scope_key(&self) -> Cow<'_, str> {
-        (*self.0).scope_key()
-    }
-}
-
-/// A query parameter, behind authorization.
-impl<T: ScopeKey> ScopeKey for UnverifiedScope<actix_web::web::Query<T>> {
-    fn scope_key(&self) -> Cow<'_, str> {
-        (*self.0).scope_key()
     }
 }

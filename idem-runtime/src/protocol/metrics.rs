@@ -44,8 +44,8 @@
 
 use std::future::Future;
 
-use crate::outcome::Outcome;
-use crate::policy::Policy;
+use crate::protocol::outcome::Outcome;
+use crate::protocol::policy::Policy;
 
 /// Counter of requests by `outcome`, with `endpoint` and `handler` labels.
 ///

@@ -4,15 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::HttpRequest;
-use actix_web::http::StatusCode;
-use actix_web::http::header::{self, HeaderName};
-use actix_web::web;
+use http::StatusCode;
+use http::header::{self, HeaderName};
 use sqlx::Pool;
 
+use crate::protocol::in_flight::InFlight;
 use crate::store::{Backend, DefaultBackend};
 
-/// idem's configuration, registered once with `App::app_data`.
+/// idem's configuration, registered once with the web framework (actix-web:
+/// `App::app_data(idem)`).
 ///
 /// Cloning is cheap (the pool and settings are shared). The pool decides the backend:
 /// a `PgPool` keeps keys in PostgreSQL, a `SqlitePool` in SQLite.
@@ -22,14 +22,13 @@ use crate::store::{Backend, DefaultBackend};
 /// connections set: the claim needs it to tell a duplicate from a conflict.
 ///
 /// ```
-/// use actix_web::App;
 /// use std::time::Duration;
 ///
 /// # fn app(pool: sqlx::PgPool) {
 /// let idem = idem_runtime::Idem::new(pool)
 ///     .claim_wait(Duration::from_millis(500))
-///     .replay_header(actix_web::http::header::LINK);
-/// let app = App::new().app_data(idem.clone());
+///     .replay_header(http::header::LINK);
+/// assert_eq!(idem.settings().claim_wait(), Duration::from_millis(500));
 /// # }
 /// ```
 pub struct Idem<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
@@ -38,18 +37,123 @@ pub struct Idem<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
     /// How the store opens a request's transaction with this `claim_wait`.
     opening: DB::Opening,
     /// Shared by clones, so every handler of the application sees the same keys.
-    in_flight: Arc<crate::flow::InFlight>,
+    in_flight: Arc<InFlight>,
 }
 
-/// Shared by clones; changed copy-on-write by the builder methods.
+/// What an [`Idem`] was configured with, read by [`Idem::settings`]: each getter is named
+/// after the builder method that sets it.
+///
+/// Shared by clones of the `Idem`; the builder methods change it copy-on-write.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// # fn f(pool: sqlx::PgPool) {
+/// let idem = idem_runtime::Idem::new(pool)
+///     .max_request_bytes(64 * 1024)
+///     .replay_header(http::header::LINK)
+///     .transient_statuses([http::StatusCode::TOO_MANY_REQUESTS]);
+/// let settings = idem.settings();
+/// assert_eq!(settings.claim_wait(), Duration::from_secs(1));
+/// assert_eq!(settings.max_request_bytes(), 64 * 1024);
+/// assert_eq!(settings.max_stored_bytes(), 4 * 1024 * 1024);
+/// assert!(settings.replay_headers().contains(&http::header::LINK));
+/// assert_eq!(settings.transient_statuses(), [http::StatusCode::TOO_MANY_REQUESTS]);
+/// # }
+/// ```
 #[derive(Clone)]
-struct Settings {
+pub struct Settings {
     claim_wait: Duration,
     max_request_bytes: usize,
     max_stored_bytes: usize,
     replay_headers: Vec<HeaderName>,
     transient_statuses: Vec<StatusCode>,
-    keyring: crate::encryption::Slot,
+    keyring: crate::protocol::encryption::Slot,
+}
+
+impl Settings {
+    /// How long a duplicate waits for the request holding its key ([`Idem::claim_wait`]).
+    pub fn claim_wait(&self) -> Duration {
+        self.claim_wait
+    }
+
+    /// The largest request body idem reads ([`Idem::max_request_bytes`]).
+    pub fn max_request_bytes(&self) -> usize {
+        self.max_request_bytes
+    }
+
+    /// The largest response body idem stores ([`Idem::max_stored_bytes`]).
+    pub fn max_stored_bytes(&self) -> usize {
+        self.max_stored_bytes
+    }
+
+    /// The response headers stored and replayed ([`Idem::replay_header`] adds one).
+    pub fn replay_headers(&self) -> &[HeaderName] {
+        &self.replay_headers
+    }
+
+    /// The 4xx answers rolled back rather than stored ([`Idem::transient_statuses`]).
+    pub fn transient_statuses(&self) -> &[StatusCode] {
+        &self.transient_statuses
+    }
+
+    /// The keyring that seals stored responses, if any ([`Idem::encrypt_with`]).
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// use idem_runtime::encryption::Keyring;
+    ///
+    /// let idem = idem_runtime::Idem::new(pool).encrypt_with(Keyring::new("k1", [7; 32]));
+    /// assert_eq!(idem.settings().keyring().map(Keyring::current_id), Some("k1"));
+    /// # }
+    /// ```
+    #[cfg(feature = "encryption")]
+    pub fn keyring(&self) -> Option<&crate::protocol::encryption::Keyring> {
+        self.keyring.as_deref()
+    }
+
+    /// Whether a handler's answer with `status` is rolled back rather than stored.
+    pub(crate) fn is_transient(&self, status: StatusCode) -> bool {
+        status.is_server_error() || self.transient_statuses.contains(&status)
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("claim_wait", &self.claim_wait)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .field("max_stored_bytes", &self.max_stored_bytes)
+            .field("replay_headers", &self.replay_headers)
+            .field("transient_statuses", &self.transient_statuses)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A header name as the builders take it, of either `http` version: `http` 1.x's
+/// `HeaderName` here, a framework's own (actix-web's, on `http` 0.2) through its adapter.
+pub trait IntoHeaderName {
+    /// The name in `http` 1.x's type.
+    fn into_header_name(self) -> HeaderName;
+}
+
+impl IntoHeaderName for HeaderName {
+    fn into_header_name(self) -> HeaderName {
+        self
+    }
+}
+
+/// A status code as the builders take it, of either `http` version (see
+/// [`IntoHeaderName`]).
+pub trait IntoStatusCode {
+    /// The status in `http` 1.x's type.
+    fn into_status_code(self) -> StatusCode;
+}
+
+impl IntoStatusCode for StatusCode {
+    fn into_status_code(self) -> StatusCode {
+        self
+    }
 }
 
 /// Headers that carry credentials or per-connection state; never stored or replayed.
@@ -158,7 +262,8 @@ impl<DB: Backend> Idem<DB> {
     /// `Authorization`, `WWW-Authenticate`, `Proxy-Authenticate`, `Connection`,
     /// `Transfer-Encoding`, `Content-Length`): replaying them to whoever holds the key
     /// would leak them or corrupt the response.
-    pub fn replay_header(mut self, name: HeaderName) -> Self {
+    pub fn replay_header(mut self, name: impl IntoHeaderName) -> Self {
+        let name = name.into_header_name();
         assert!(
             !NEVER_REPLAYED.contains(&name),
             "idem: the `{name}` header is never stored or replayed"
@@ -180,7 +285,7 @@ impl<DB: Backend> Idem<DB> {
     /// replayed for the key's retention.
     ///
     /// ```
-    /// use actix_web::http::StatusCode;
+    /// use http::StatusCode;
     ///
     /// # fn app(pool: sqlx::PgPool) {
     /// // This API's 409 means "that name is taken": a final answer, kept for the key.
@@ -194,8 +299,14 @@ impl<DB: Backend> Idem<DB> {
     /// # Panics
     /// For a status that is not a 4xx: every 5xx rolls back anyway, and a 1xx, 2xx or 3xx
     /// is an outcome.
-    pub fn transient_statuses(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
-        let statuses: Vec<StatusCode> = statuses.into_iter().collect();
+    pub fn transient_statuses<S: IntoStatusCode>(
+        mut self,
+        statuses: impl IntoIterator<Item = S>,
+    ) -> Self {
+        let statuses: Vec<StatusCode> = statuses
+            .into_iter()
+            .map(IntoStatusCode::into_status_code)
+            .collect();
         for status in &statuses {
             assert!(
                 status.is_client_error(),
@@ -206,17 +317,12 @@ impl<DB: Backend> Idem<DB> {
         self
     }
 
-    /// Whether a handler's answer with `status` is rolled back rather than stored.
-    pub(crate) fn is_transient(&self, status: StatusCode) -> bool {
-        status.is_server_error() || self.settings.transient_statuses.contains(&status)
-    }
-
-    pub(crate) fn in_flight(&self) -> &Arc<crate::flow::InFlight> {
+    pub(crate) fn in_flight(&self) -> &Arc<InFlight> {
         &self.in_flight
     }
 
     /// Encrypts stored response bodies and headers with `keyring` (feature `encryption`;
-    /// see [`encryption`](crate::encryption)). The current key seals, every key in the
+    /// see [`encryption`](crate::protocol::encryption)). The current key seals, every key in the
     /// keyring opens.
     ///
     /// ```
@@ -227,12 +333,24 @@ impl<DB: Backend> Idem<DB> {
     /// # }
     /// ```
     #[cfg(feature = "encryption")]
-    pub fn encrypt_with(mut self, keyring: crate::encryption::Keyring) -> Self {
+    pub fn encrypt_with(mut self, keyring: crate::protocol::encryption::Keyring) -> Self {
         Arc::make_mut(&mut self.settings).keyring = Some(Arc::new(keyring));
         self
     }
 
-    pub(crate) fn keyring(&self) -> &crate::encryption::Slot {
+    /// What this `Idem` was configured with; each getter is named after its builder.
+    ///
+    /// ```
+    /// # fn f(pool: sqlx::PgPool) {
+    /// let idem = idem_runtime::Idem::new(pool).max_stored_bytes(1 << 20);
+    /// assert_eq!(idem.settings().max_stored_bytes(), 1 << 20);
+    /// # }
+    /// ```
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn keyring(&self) -> &crate::protocol::encryption::Slot {
         &self.settings.keyring
     }
 
@@ -241,30 +359,8 @@ impl<DB: Backend> Idem<DB> {
         &self.pool
     }
 
-    pub(crate) fn request_limit(&self) -> usize {
-        self.settings.max_request_bytes
-    }
-
-    pub(crate) fn stored_limit(&self) -> usize {
-        self.settings.max_stored_bytes
-    }
-
-    pub(crate) fn replayed_headers(&self) -> &[HeaderName] {
-        &self.settings.replay_headers
-    }
-
     pub(crate) fn opening(&self) -> &DB::Opening {
         &self.opening
-    }
-
-    pub(crate) fn claim_wait_time(&self) -> Duration {
-        self.settings.claim_wait
-    }
-
-    /// Finds the `Idem` registered with `App::app_data`, plain or in `web::Data`.
-    pub(crate) fn from_request(req: &HttpRequest) -> Option<&Self> {
-        req.app_data::<Self>()
-            .or_else(|| req.app_data::<web::Data<Self>>().map(|data| data.get_ref()))
     }
 }
 
@@ -283,11 +379,7 @@ impl<DB: Backend> fmt::Debug for Idem<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Idem")
             .field("backend", &<DB as sqlx::Database>::NAME)
-            .field("claim_wait", &self.settings.claim_wait)
-            .field("max_request_bytes", &self.settings.max_request_bytes)
-            .field("max_stored_bytes", &self.settings.max_stored_bytes)
-            .field("replay_headers", &self.settings.replay_headers)
-            .field("transient_statuses", &self.settings.transient_statuses)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }

@@ -15,8 +15,9 @@
 
 use std::io::{self, Read};
 
-use actix_web::http::header::{CONTENT_ENCODING, HeaderMap};
-use actix_web::web::Bytes;
+use bytes::Bytes;
+
+use crate::protocol::headers::{Headers, first_text};
 
 /// Why a body's content cannot be had.
 #[derive(Debug)]
@@ -43,8 +44,8 @@ impl Encoding {
     /// Parsed as actix-http parses the header: the whole value, trimmed, without regard
     /// to case. A list (`gzip, br`) or an unknown coding is passed through by actix, so
     /// it is fingerprinted as the bytes sent.
-    fn of(headers: &HeaderMap) -> Option<Self> {
-        let value = headers.get(CONTENT_ENCODING)?.to_str().ok()?.trim();
+    fn of(headers: &(impl Headers + ?Sized)) -> Option<Self> {
+        let value = first_text(headers, "content-encoding")?.trim();
         [
             ("gzip", Self::Gzip),
             ("deflate", Self::Deflate),
@@ -69,7 +70,7 @@ impl Encoding {
 /// The content of `body` as the extractors will read it, at most `limit` bytes. A body
 /// without an encoding actix decodes is its own content (no copy).
 pub(crate) fn content(
-    headers: &HeaderMap,
+    headers: &(impl Headers + ?Sized),
     body: &Bytes,
     limit: usize,
 ) -> Result<Bytes, DecodeError> {
@@ -125,7 +126,7 @@ fn read_bounded(reader: impl Read, limit: usize) -> io::Result<Option<Vec<u8>>> 
 mod tests {
     use std::io::Write;
 
-    use actix_web::http::header::HeaderValue;
+    use http::header::{CONTENT_ENCODING, HeaderMap, HeaderValue};
 
     use super::*;
 

@@ -3,8 +3,6 @@
 
 use std::borrow::Cow;
 
-use actix_web::HttpResponse;
-
 use crate::store::{ClaimRequest, ExistingKey};
 
 /// There is no keyring to keep.
@@ -34,6 +32,12 @@ pub(crate) fn open(
     _: &Slot,
     _: &ClaimRequest<'_>,
     existing: ExistingKey,
-) -> Result<ExistingKey, (HttpResponse, crate::outcome::Outcome)> {
+) -> Result<
+    ExistingKey,
+    (
+        crate::protocol::problem::Problem,
+        crate::protocol::outcome::Outcome,
+    ),
+> {
     Ok(existing)
 }

@@ -1,169 +1,19 @@
-//! Webhook receivers: a handler whose key is the event's id, taken from a header or a
-//! field of the JSON body instead of `Idempotency-Key`, scoped by the sender that an
-//! extractor has verified; and a [Standard Webhooks](https://www.standardwebhooks.com/)
-//! verifier to be that extractor.
-//!
-//! The handler runs on the same claim / record protocol as every `#[idempotent]`
-//! handler: the event's first delivery runs it and stores its answer in the same
-//! transaction as its writes; a redelivery gets the stored answer without running it; a
-//! concurrent one waits or gets 409; the same id with a different body gets 422, which is
-//! also logged as an error, since a sender that reuses an event id is broken or hostile.
+//! Standard Webhooks signatures: the verifier, and a delivery that verified.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use actix_web::dev::Payload;
-use actix_web::http::header::{HeaderMap, HeaderName};
-use actix_web::web::{self, Bytes};
-use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use hmac::{Hmac, KeyInit, Mac};
+use http::HeaderName;
 use sha2::Sha256;
 
-use crate::key::{IdempotencyKey, KeyError, KeySource, MAX_KEY_LEN};
-use crate::outcome::Outcome;
-use crate::policy::Policy;
-use crate::problem::ProblemKind;
-use crate::scope::ScopeKey;
-
-/// The request's key as `policy` says where it is; for a problem, the answer and the
-/// outcome to record.
-// The error is the request's final answer, returned straight to actix.
-#[allow(clippy::result_large_err)]
-pub(crate) fn key_of(
-    policy: &Policy,
-    headers: &HeaderMap,
-    content: &[u8],
-) -> Result<IdempotencyKey, (HttpResponse, Outcome)> {
-    let Some(source) = policy.key_source() else {
-        return IdempotencyKey::from_headers(headers).map_err(|error| {
-            let kind = match error {
-                KeyError::Missing => ProblemKind::KeyMissing,
-                _ => ProblemKind::KeyInvalid,
-            };
-            (kind.response(error.to_string()), Outcome::InvalidKey)
-        });
-    };
-    let value = match source {
-        KeySource::Header(name) => header_value(headers, name, source)?,
-        KeySource::Json(field) => json_value(content, field, source)?,
-    };
-    IdempotencyKey::parse(&value).map_err(|error| {
-        let detail = match error {
-            KeyError::TooLong(len) => format!(
-                "the event id in {source} is {len} characters long; at most {MAX_KEY_LEN} are \
-                 allowed"
-            ),
-            KeyError::Empty => format!("the event id in {source} is empty"),
-            _ => format!(
-                "the event id in {source} must be 1 to {MAX_KEY_LEN} visible ASCII characters \
-                 ('!' to '~')"
-            ),
-        };
-        (
-            ProblemKind::EventIdInvalid.response(detail),
-            Outcome::InvalidKey,
-        )
-    })
-}
-
-#[allow(clippy::result_large_err)]
-fn header_value(
-    headers: &HeaderMap,
-    name: &str,
-    source: KeySource,
-) -> Result<String, (HttpResponse, Outcome)> {
-    let mut values = headers.get_all(name);
-    let Some(value) = values.next() else {
-        return Err(missing(format!(
-            "this endpoint takes the event's id from {source}, and the request has none"
-        )));
-    };
-    if values.next().is_some() {
-        return Err((
-            ProblemKind::EventIdInvalid.response(format!("{source} must appear exactly once")),
-            Outcome::InvalidKey,
-        ));
-    }
-    match value.to_str() {
-        Ok(text) => Ok(text.to_owned()),
-        Err(_) => Err((
-            ProblemKind::EventIdInvalid.response(format!(
-                "the event id in {source} must be visible ASCII characters ('!' to '~')"
-            )),
-            Outcome::InvalidKey,
-        )),
-    }
-}
-
-#[allow(clippy::result_large_err)]
-fn json_value(
-    content: &[u8],
-    field: &str,
-    source: KeySource,
-) -> Result<String, (HttpResponse, Outcome)> {
-    let document: serde_json::Value = serde_json::from_slice(content).map_err(|error| {
-        (
-            ProblemKind::BodyInvalid.response(format!(
-                "this endpoint takes the event's id from {source}, and the body is not JSON: \
-                 {error}"
-            )),
-            Outcome::InvalidBody,
-        )
-    })?;
-    let found = if field.starts_with('/') {
-        document.pointer(field)
-    } else {
-        document.get(field)
-    };
-    match found {
-        Some(serde_json::Value::String(text)) => Ok(text.clone()),
-        Some(serde_json::Value::Number(number)) if number.is_i64() || number.is_u64() => {
-            Ok(number.to_string())
-        }
-        Some(_) => Err((
-            ProblemKind::EventIdInvalid.response(format!(
-                "the event id in {source} must be a string or an integer"
-            )),
-            Outcome::InvalidKey,
-        )),
-        None => Err(missing(format!(
-            "this endpoint takes the event's id from {source}, and the body has none"
-        ))),
-    }
-}
-
-fn missing(detail: String) -> (HttpResponse, Outcome) {
-    (
-        ProblemKind::EventIdMissing.response(detail),
-        Outcome::InvalidKey,
-    )
-}
-
-/// Logs a webhook delivery answered 422: a sender that sends one event id with two
-/// different bodies has a bug, or someone else signs with its secret.
-pub(crate) fn after(policy: &Policy, outcome: Outcome) {
-    if outcome == Outcome::Mismatch
-        && let Some(source) = policy.key_source()
-    {
-        tracing::error!(
-            handler = policy.handler(),
-            key_source = %source,
-            "a webhook event id was delivered again with a different body; answered 422 \
-             and kept the first delivery's effect; check the sender"
-        );
-    }
-}
-
-/// The body as received, put in the request's extensions by idem before the extractors
-/// run, so that a verifier can check a signature over the exact bytes without taking
-/// the payload from the extractors after it.
-#[derive(Clone)]
-pub(crate) struct RawBody(pub(crate) Bytes);
+use crate::protocol::headers::{Headers, first_text};
+use crate::protocol::problem::{Problem, ProblemKind};
+use crate::protocol::scope::ScopeKey;
 
 /// The headers of the [Standard Webhooks](https://www.standardwebhooks.com/) signature
 /// scheme.
@@ -194,7 +44,7 @@ impl std::error::Error for SecretError {}
 /// and the timestamp must be within the tolerance of now (5 minutes by default), so a
 /// captured delivery cannot be replayed later with its old signature.
 ///
-/// Register it with `App::app_data` (or on the webhook's resource or scope when several
+/// Register it with the framework (actix-web: `App::app_data`) (or on the webhook's resource or scope when several
 /// senders post to one application) and take [`SignedWebhook`] as the handler's scope.
 ///
 /// ```
@@ -458,16 +308,6 @@ impl fmt::Display for WebhookRejected {
     }
 }
 
-impl ResponseError for WebhookRejected {
-    fn status_code(&self) -> actix_web::http::StatusCode {
-        self.kind.status()
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        self.kind.response(self.detail.clone())
-    }
-}
-
 fn rejected(kind: ProblemKind, detail: impl Into<String>) -> WebhookRejected {
     WebhookRejected {
         kind,
@@ -475,86 +315,90 @@ fn rejected(kind: ProblemKind, detail: impl Into<String>) -> WebhookRejected {
     }
 }
 
-impl FromRequest for SignedWebhook {
-    type Error = WebhookRejected;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+impl WebhookRejected {
+    /// The problem answered for the refused delivery.
+    ///
+    /// ```
+    /// # fn f(rejected: &idem_runtime::WebhookRejected) {
+    /// assert!(rejected.problem().status().is_client_error() || rejected.problem().status() == 500);
+    /// # }
+    /// ```
+    pub fn problem(&self) -> Problem {
+        self.kind.problem(self.detail.clone())
+    }
 
-    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let verifier = req
-            .app_data::<WebhookVerifier>()
-            .or_else(|| req.app_data::<web::Data<WebhookVerifier>>().map(|d| &***d))
-            .cloned();
-        let buffered = req.extensions().get::<RawBody>().map(|raw| raw.0.clone());
-        let body = match buffered {
-            Some(body) => BodySource::Buffered(body),
-            None => BodySource::Stream(web::Bytes::from_request(req, payload)),
-        };
-        let headers = req.headers().clone();
-        Box::pin(async move {
-            let Some(verifier) = verifier else {
-                tracing::error!(
-                    "no WebhookVerifier in the app data: register one with App::app_data"
-                );
-                return Err(rejected(
-                    ProblemKind::NotConfigured,
-                    "the server has no webhook verifier configured; this is a server bug",
-                ));
-            };
-            let header = |name: &HeaderName| {
-                headers
-                    .get(name)
-                    .and_then(|value| value.to_str().ok())
-                    .map(str::to_owned)
-            };
-            let Some(id) = header(&WEBHOOK_ID) else {
-                return Err(rejected(
-                    ProblemKind::EventIdMissing,
-                    "a signed webhook delivery carries its event id in the webhook-id header, \
-                     and this request has none",
-                ));
-            };
-            let (Some(timestamp), Some(signatures)) =
-                (header(&WEBHOOK_TIMESTAMP), header(&WEBHOOK_SIGNATURE))
-            else {
-                return Err(rejected(
-                    ProblemKind::SignatureInvalid,
-                    "a signed webhook delivery carries webhook-timestamp and webhook-signature \
-                     headers, and this request lacks one",
-                ));
-            };
-            let body = match body {
-                BodySource::Buffered(body) => body,
-                BodySource::Stream(future) => future.await.map_err(|error| {
-                    rejected(
-                        ProblemKind::BodyInvalid,
-                        format!("the body could not be read: {error}"),
-                    )
-                })?,
-            };
-            let timestamp = verifier
-                .verify(&id, &timestamp, &signatures, &body)
-                .map_err(|error| {
-                    tracing::warn!(sender = verifier.sender(), %error, "webhook signature refused");
-                    rejected(ProblemKind::SignatureInvalid, error.to_string())
-                })?;
-            Ok(Self {
-                sender: Arc::clone(&verifier.sender),
-                id,
-                timestamp,
-                body,
-            })
-        })
+    /// No [`WebhookVerifier`] is registered where the handler runs: a server bug.
+    pub(crate) fn not_configured() -> Self {
+        tracing::error!("no WebhookVerifier in the app data: register one with App::app_data");
+        rejected(
+            ProblemKind::NotConfigured,
+            "the server has no webhook verifier configured; this is a server bug",
+        )
+    }
+
+    /// The body could not be read to verify it.
+    pub(crate) fn unreadable_body(error: impl fmt::Display) -> Self {
+        rejected(
+            ProblemKind::BodyInvalid,
+            format!("the body could not be read: {error}"),
+        )
     }
 }
 
-enum BodySource {
-    Buffered(Bytes),
-    Stream(<Bytes as FromRequest>::Future),
+/// The signature headers of a delivery, read before its body.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    id: String,
+    timestamp: String,
+    signatures: String,
 }
 
-/// Makes the raw body readable by [`SignedWebhook`] without taking it from the payload.
-pub(crate) fn keep_raw_body(req: &HttpRequest, body: &Bytes) {
-    req.extensions_mut().insert(RawBody(body.clone()));
+impl Delivery {
+    /// Reads the id, timestamp and signatures, or refuses the delivery without them.
+    pub(crate) fn read(headers: &(impl Headers + ?Sized)) -> Result<Self, WebhookRejected> {
+        let header = |name: &HeaderName| first_text(headers, name.as_str()).map(str::to_owned);
+        let Some(id) = header(&WEBHOOK_ID) else {
+            return Err(rejected(
+                ProblemKind::EventIdMissing,
+                "a signed webhook delivery carries its event id in the webhook-id header, \
+                 and this request has none",
+            ));
+        };
+        let (Some(timestamp), Some(signatures)) =
+            (header(&WEBHOOK_TIMESTAMP), header(&WEBHOOK_SIGNATURE))
+        else {
+            return Err(rejected(
+                ProblemKind::SignatureInvalid,
+                "a signed webhook delivery carries webhook-timestamp and webhook-signature \
+                 headers, and this request lacks one",
+            ));
+        };
+        Ok(Self {
+            id,
+            timestamp,
+            signatures,
+        })
+    }
+
+    /// Verifies the delivery's signature over `body` with `verifier`.
+    pub(crate) fn verify(
+        self,
+        verifier: &WebhookVerifier,
+        body: Bytes,
+    ) -> Result<SignedWebhook, WebhookRejected> {
+        let timestamp = verifier
+            .verify(&self.id, &self.timestamp, &self.signatures, &body)
+            .map_err(|error| {
+                tracing::warn!(sender = verifier.sender(), %error, "webhook signature refused");
+                rejected(ProblemKind::SignatureInvalid, error.to_string())
+            })?;
+        Ok(SignedWebhook {
+            sender: Arc::clone(&verifier.sender),
+            id: self.id,
+            timestamp,
+            body,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ pub struct Policy {
     retention_secs: u64,
     route: Option<(&'static str, &'static str)>,
     lease_ms: Option<u64>,
-    key: Option<crate::key::KeySource>,
+    key: Option<crate::protocol::key::KeySource>,
 }
 
 impl Policy {
@@ -47,7 +47,7 @@ impl Policy {
 
     /// The same policy with its key (a webhook event's id) taken from `key` instead of
     /// the `Idempotency-Key` header: `#[idempotent(key = header("webhook-id"))]`.
-    pub const fn with_key(self, key: crate::key::KeySource) -> Self {
+    pub const fn with_key(self, key: crate::protocol::key::KeySource) -> Self {
         Self {
             key: Some(key),
             ..self
@@ -55,7 +55,7 @@ impl Policy {
     }
 
     /// Where the key comes from when it is not the `Idempotency-Key` header.
-    pub fn key_source(&self) -> Option<crate::key::KeySource> {
+    pub fn key_source(&self) -> Option<crate::protocol::key::KeySource> {
         self.key
     }
 

@@ -102,9 +102,9 @@
 //! a retry with the same key is safe: it replays the outcome if it was saved, and runs
 //! the request if it was not.
 
-use actix_web::HttpResponse;
-use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use bytes::Bytes;
+use http::StatusCode;
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde_json::{Map, Value, json};
 
 const TYPE_BASE: &str = "https://docs.rs/idem/latest/idem/problem/index.html#";
@@ -248,9 +248,26 @@ impl ProblemKind {
         }
     }
 
+    /// The problem with a human-readable `detail`, as a value a framework adapter renders.
+    ///
+    /// ```
+    /// use idem_runtime::problem::ProblemKind;
+    ///
+    /// let problem = ProblemKind::KeyMissing.problem("send an Idempotency-Key header");
+    /// assert_eq!(problem.status(), 400);
+    /// assert_eq!(problem.detail(), "send an Idempotency-Key header");
+    /// ```
+    pub fn problem(self, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: self,
+            detail: detail.into(),
+            extra: Map::new(),
+        }
+    }
+
     /// Builds the response with a human-readable `detail`.
-    pub fn response(self, detail: impl Into<String>) -> HttpResponse {
-        self.response_with(detail, Map::new())
+    pub fn response(self, detail: impl Into<String>) -> http::Response<Bytes> {
+        self.problem(detail).to_response()
     }
 
     /// Builds the response with extension members beside the standard ones.
@@ -258,16 +275,16 @@ impl ProblemKind {
         self,
         detail: impl Into<String>,
         extra: Map<String, Value>,
-    ) -> HttpResponse {
-        let mut response = HttpResponse::build(self.status());
-        response.insert_header((CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
-        if matches!(
+    ) -> http::Response<Bytes> {
+        self.problem(detail).with_members(extra).to_response()
+    }
+
+    /// Whether the answer carries `Retry-After: 1`: the same key may succeed shortly.
+    fn retry_after(self) -> bool {
+        matches!(
             self,
             Self::InProgress | Self::StorageUnavailable | Self::StorageBusy
-        ) {
-            response.insert_header((RETRY_AFTER, HeaderValue::from_static("1")));
-        }
-        response.body(self.body(detail, extra))
+        )
     }
 
     /// The problem document itself, for answers idem stores rather than sends.
@@ -282,5 +299,93 @@ impl ProblemKind {
             members.extend(extra);
         }
         body.to_string()
+    }
+}
+
+/// One answer idem gives instead of the handler's: its kind, the detail for this request
+/// and any extension members, independent of the web framework that sends it. An
+/// adapter renders it (see [`to_response`](Self::to_response) for `http` 1.x).
+///
+/// ```
+/// use idem_runtime::problem::ProblemKind;
+///
+/// let response = ProblemKind::InProgress.problem("try again shortly").to_response();
+/// assert_eq!(response.status(), 409);
+/// assert_eq!(response.headers()["retry-after"], "1");
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    kind: ProblemKind,
+    detail: String,
+    extra: Map<String, Value>,
+}
+
+impl Problem {
+    /// The same problem with extension members beside the standard ones.
+    ///
+    /// ```
+    /// use idem_runtime::problem::ProblemKind;
+    ///
+    /// let mut extra = serde_json::Map::new();
+    /// extra.insert("mismatch".into(), "body".into());
+    /// let problem = ProblemKind::KeyReused.problem("a different body").with_members(extra);
+    /// let body: serde_json::Value = serde_json::from_slice(&problem.body()).unwrap();
+    /// assert_eq!(body["mismatch"], "body");
+    /// ```
+    pub fn with_members(mut self, extra: Map<String, Value>) -> Self {
+        self.extra.extend(extra);
+        self
+    }
+
+    /// What kind of problem it is.
+    pub fn kind(&self) -> ProblemKind {
+        self.kind
+    }
+
+    /// The detail for this request.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// The status it is sent with.
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
+    }
+
+    /// The headers it is sent with, besides those of the framework: its content type and,
+    /// for an answer that may change shortly, `Retry-After: 1`.
+    ///
+    /// ```
+    /// use idem_runtime::problem::ProblemKind;
+    ///
+    /// let headers: Vec<_> = ProblemKind::StorageBusy.problem("busy").headers().collect();
+    /// assert_eq!(headers, [("content-type", "application/problem+json"), ("retry-after", "1")]);
+    /// ```
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, &'static str)> + use<> {
+        let retry = self.kind.retry_after().then_some(("retry-after", "1"));
+        std::iter::once(("content-type", PROBLEM_JSON)).chain(retry)
+    }
+
+    /// The `application/problem+json` document.
+    pub fn body(&self) -> Bytes {
+        Bytes::from(self.kind.body(self.detail.clone(), self.extra.clone()))
+    }
+
+    /// The `application/problem+json` document, taking the problem.
+    pub fn into_body(self) -> Bytes {
+        Bytes::from(self.kind.body(self.detail, self.extra))
+    }
+
+    /// The response, in `http` 1.x types.
+    pub fn to_response(&self) -> http::Response<Bytes> {
+        let mut response = http::Response::new(self.body());
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if self.kind.retry_after() {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
     }
 }

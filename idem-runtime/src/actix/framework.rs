@@ -1,0 +1,191 @@
+//! The core's `Framework` for actix-web, and the conversions between actix-web's `http`
+//! 0.2 types and the core's `http` 1.x ones.
+
+use actix_web::body::{self, BodyLimitExceeded, BoxBody};
+use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::web::Bytes;
+use actix_web::{HttpResponse, ResponseError};
+
+use crate::protocol::config::{IntoHeaderName, IntoStatusCode};
+use crate::protocol::framework::{Framework, Unbuffered};
+use crate::protocol::headers::Headers;
+use crate::protocol::phased::PhaseError;
+use crate::protocol::problem::Problem;
+use crate::protocol::webhook::WebhookRejected;
+
+/// `Idempotent-Replayed`, in actix-web's type (the core's is `IDEMPOTENT_REPLAYED`).
+const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// actix-web as the core's [`Framework`].
+#[derive(Debug)]
+pub(crate) struct Actix;
+
+impl Framework for Actix {
+    type Response = HttpResponse;
+    type Head = HttpResponse<()>;
+
+    fn status(response: &HttpResponse) -> http::StatusCode {
+        to_http(response.status())
+    }
+
+    async fn buffer(
+        response: HttpResponse,
+        limit: usize,
+    ) -> Result<(Self::Head, Bytes), Unbuffered> {
+        let (head, body) = response.into_parts();
+        match body::to_bytes_limited(body, limit).await {
+            Ok(Ok(bytes)) => Ok((head, bytes)),
+            Ok(Err(error)) => Err(Unbuffered::Failed(error.to_string())),
+            Err(BodyLimitExceeded { .. }) => Err(Unbuffered::TooLarge),
+        }
+    }
+
+    fn head_status(head: &Self::Head) -> http::StatusCode {
+        to_http(head.status())
+    }
+
+    fn stored_headers(head: &Self::Head, allowed: &[http::HeaderName], out: &mut Vec<u8>) {
+        let headers = head.headers();
+        for name in allowed {
+            for value in headers.get_all(name.as_str()) {
+                crate::store::push_header_line(out, name.as_str().as_bytes(), value.as_bytes());
+            }
+        }
+    }
+
+    fn assemble(head: Self::Head, body: Bytes) -> HttpResponse {
+        head.set_body(body).map_into_boxed_body()
+    }
+
+    fn problem_parts(problem: Problem) -> (Self::Head, Bytes) {
+        let mut head = HttpResponse::with_body(from_http(problem.status()), ());
+        let headers = head.headers_mut();
+        for (name, value) in problem.headers() {
+            headers.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        (head, problem.into_body())
+    }
+
+    fn replay(status: http::StatusCode, headers: &[u8], body: Bytes) -> HttpResponse {
+        let mut response = HttpResponse::with_body(from_http(status), BoxBody::new(body));
+        let map = response.headers_mut();
+        for (name, value) in decode_headers(headers) {
+            map.append(name, value);
+        }
+        map.insert(REPLAYED, HeaderValue::from_static("true"));
+        response
+    }
+}
+
+/// The stored header block as actix-web's header names and values; lines that are not
+/// valid headers are left out.
+fn decode_headers(encoded: &[u8]) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
+    crate::store::header_lines(encoded).filter_map(|(name, value)| {
+        Some((
+            HeaderName::from_bytes(name).ok()?,
+            HeaderValue::from_bytes(value).ok()?,
+        ))
+    })
+}
+
+/// A problem as actix-web's response.
+pub(crate) fn problem_response(problem: Problem) -> HttpResponse {
+    Actix::problem(problem)
+}
+
+/// Both `http` versions accept the same codes (100 to 999).
+fn to_http(status: StatusCode) -> http::StatusCode {
+    http::StatusCode::from_u16(status.as_u16()).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+fn from_http(status: http::StatusCode) -> StatusCode {
+    StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+impl Headers for HeaderMap {
+    fn lookup(&self, name: &str) -> Option<(&[u8], bool)> {
+        let mut values = self.get_all(name);
+        let first = values.next()?;
+        Some((first.as_bytes(), values.next().is_some()))
+    }
+}
+
+/// `Idem::replay_header(actix_web::http::header::LINK)`.
+impl IntoHeaderName for HeaderName {
+    fn into_header_name(self) -> http::HeaderName {
+        http::HeaderName::from_bytes(self.as_str().as_bytes())
+            .expect("a header name of http 0.2 is one of http 1.x")
+    }
+}
+
+/// `Idem::transient_statuses([actix_web::http::StatusCode::TOO_MANY_REQUESTS])`.
+impl IntoStatusCode for StatusCode {
+    fn into_status_code(self) -> http::StatusCode {
+        to_http(self)
+    }
+}
+
+impl ResponseError for PhaseError {
+    fn status_code(&self) -> StatusCode {
+        from_http(PhaseError::problem(self.kind()).status())
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        problem_response(PhaseError::problem(self.kind()))
+    }
+}
+
+impl ResponseError for WebhookRejected {
+    fn status_code(&self) -> StatusCode {
+        from_http(self.problem().status())
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        problem_response(self.problem())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::http::header;
+
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_in_order_with_repeats() {
+        let mut head = HttpResponse::with_body(StatusCode::CREATED, ());
+        let headers = head.headers_mut();
+        headers.insert(header::LOCATION, HeaderValue::from_static("/orders/7"));
+        headers.append(header::LINK, HeaderValue::from_static("<a>; rel=x"));
+        headers.append(header::LINK, HeaderValue::from_static("<b>; rel=y"));
+        headers.insert(header::SET_COOKIE, HeaderValue::from_static("s=1"));
+        headers.insert(
+            header::ETAG,
+            HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap(),
+        );
+        let allowed = [
+            http::header::LOCATION,
+            http::header::LINK,
+            http::header::ETAG,
+        ];
+        let mut encoded = Vec::new();
+        Actix::stored_headers(&head, &allowed, &mut encoded);
+        let decoded: Vec<_> = decode_headers(&encoded).collect();
+        assert_eq!(
+            decoded,
+            vec![
+                (header::LOCATION, HeaderValue::from_static("/orders/7")),
+                (header::LINK, HeaderValue::from_static("<a>; rel=x")),
+                (header::LINK, HeaderValue::from_static("<b>; rel=y")),
+                (
+                    header::ETAG,
+                    HeaderValue::from_bytes(b"\"\xe9t\xe9\"").unwrap()
+                ),
+            ]
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! Reading an actix-web request for the core, and the handler's inputs and answer.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use actix_web::body::BodyLimitExceeded;
+use actix_web::dev::Payload;
+use actix_web::http::header::{CONTENT_LENGTH, HeaderMap};
+use actix_web::web::{self, Bytes};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder};
+
+use super::framework::{Actix, problem_response};
+use crate::protocol::config::Idem;
+use crate::protocol::exchange::Exchange;
+use crate::protocol::fingerprint::decode::{self, DecodeError};
+use crate::protocol::phased::Phases;
+use crate::protocol::policy::Policy;
+use crate::protocol::problem::ProblemKind;
+use crate::protocol::tx::Tx;
+use crate::store::Backend;
+
+/// A request whose body is read, before any extractor ran.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Prepared<DB: Backend> {
+    idem: Idem<DB>,
+    policy: &'static Policy,
+    req: HttpRequest,
+    /// The body as sent, for the extractors, which decode it themselves.
+    body: Bytes,
+    /// The body decoded from its `Content-Encoding`, for the fingerprint: what the
+    /// extractors read. The same bytes as `body` when nothing is to be decoded.
+    content: Bytes,
+}
+
+/// Finds the `Idem` registered with `App::app_data`, plain or in `web::Data`.
+fn idem_of<DB: Backend>(req: &HttpRequest) -> Option<&Idem<DB>> {
+    req.app_data::<Idem<DB>>().or_else(|| {
+        req.app_data::<web::Data<Idem<DB>>>()
+            .map(|data| data.get_ref())
+    })
+}
+
+/// Buffers the body (413 past the limit) so each extractor can read it, and decodes its
+/// `Content-Encoding` for the fingerprint (413 when the decoded content is past the limit,
+/// 400 when it does not decode), before any extractor could inflate it unbounded. The key
+/// is checked after the extractors, so that e.g. an unauthenticated request gets the
+/// application's 401 rather than a 400 about its key.
+#[doc(hidden)]
+pub async fn prepare<DB: Backend>(
+    policy: &'static Policy,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<Prepared<DB>, HttpResponse> {
+    let Some(idem) = idem_of::<DB>(&req).cloned() else {
+        tracing::error!(
+            handler = policy.handler(),
+            "idem is not configured: register it with App::app_data(idem::Idem::new(pool))"
+        );
+        return Err(problem_response(ProblemKind::NotConfigured.problem(
+            "the server has no idempotency store configured; this is a server bug",
+        )));
+    };
+    let limit = idem.settings().max_request_bytes();
+    let too_large = || {
+        problem_response(ProblemKind::BodyTooLarge.problem(format!(
+            "the request body is larger than the {limit} bytes this endpoint accepts"
+        )))
+    };
+    // Refuse a declared oversize body before reading a byte of it.
+    if declared_length(req.headers()).is_some_and(|len| len > limit) {
+        return Err(too_large());
+    }
+    let body = match payload.to_bytes_limited(limit).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(error)) => return Err(error.error_response()),
+        Err(BodyLimitExceeded { .. }) => return Err(too_large()),
+    };
+    let content = match decode::content(req.headers(), &body, limit) {
+        Ok(content) => content,
+        Err(DecodeError::TooLarge) => return Err(too_large()),
+        Err(DecodeError::Invalid { encoding, error }) => {
+            return Err(problem_response(ProblemKind::EncodingInvalid.problem(
+                format!(
+                    "the request body is not valid `{encoding}` data, as its Content-Encoding \
+                     says: {error}"
+                ),
+            )));
+        }
+    };
+    super::webhook::keep_raw_body(&req, &body);
+    Ok(Prepared {
+        idem,
+        policy,
+        req,
+        body,
+        content,
+    })
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// Runs one of the handler's extractors over the buffered body, in declaration order.
+/// A failure is answered with the extractor's own error response, before any claim.
+#[doc(hidden)]
+pub async fn extract<T: FromRequest>(
+    req: &HttpRequest,
+    payload: &mut Payload,
+) -> Result<T, HttpResponse> {
+    T::from_request(req, payload)
+        .await
+        .map_err(|error| HttpResponse::from_error(error.into()))
+}
+
+/// Converts the handler's return value while the request is at hand.
+#[doc(hidden)]
+pub fn respond<R: Responder>(value: R, req: &HttpRequest) -> HttpResponse {
+    value.respond_to(req).map_into_boxed_body()
+}
+
+impl<DB: Backend> Prepared<DB> {
+    /// The request, for the handler's extractors.
+    pub fn request(&self) -> &HttpRequest {
+        &self.req
+    }
+
+    /// A fresh payload over the buffered body as sent: extractors decode it as they
+    /// would without idem, into the content that is fingerprinted.
+    pub fn payload(&self) -> Payload {
+        Payload::from(self.body.clone())
+    }
+
+    /// The request as the core reads it.
+    fn exchange(&self) -> Exchange<'_, DB, Actix, HeaderMap> {
+        let req = &self.req;
+        Exchange {
+            idem: &self.idem,
+            policy: self.policy,
+            method: req.method().as_str(),
+            target: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.path(), |pq| pq.as_str()),
+            headers: req.headers(),
+            content: &self.content,
+            framework: PhantomData,
+        }
+    }
+
+    /// Claims the key, runs `handler` in the transaction, records its response and
+    /// commits; or replays, or answers the problem the protocol calls for.
+    pub async fn run<F>(self, scope: &str, handler: F) -> HttpResponse
+    where
+        F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> HttpResponse,
+    {
+        self.exchange().run(scope, handler).await
+    }
+
+    /// The phased form: claims the key with a lease (or takes over an attempt whose lease
+    /// ran out), runs the handler with [`Phases`], and records its response.
+    pub async fn run_phased<F>(self, scope: &str, lease: Duration, handler: F) -> HttpResponse
+    where
+        F: AsyncFnOnce(Phases<DB>) -> HttpResponse,
+    {
+        self.exchange().run_phased(scope, lease, handler).await
+    }
+}

@@ -1,0 +1,377 @@
+//! What both forms of the protocol share: one request as the core sees it, its identity
+//! in the key store, and the answers the claim's outcomes call for.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use sqlx::Transaction;
+use tracing::Instrument;
+
+use crate::protocol::config::Idem;
+use crate::protocol::fingerprint::Fingerprint;
+use crate::protocol::framework::{Framework, Unbuffered};
+use crate::protocol::headers::Headers;
+use crate::protocol::key::IdempotencyKey;
+use crate::protocol::metrics::timed;
+use crate::protocol::outcome::Outcome;
+use crate::protocol::policy::Policy;
+use crate::protocol::problem::{Problem, ProblemKind};
+use crate::store::{Backend, ClaimRequest, ExistingKey, StoredResponse};
+
+/// A request's final answer and how idem came to it.
+pub(crate) type Done<W> = (<W as Framework>::Response, Outcome);
+
+/// A problem answer, in the framework's response type.
+pub(crate) fn answer<W: Framework>((problem, outcome): (Problem, Outcome)) -> Done<W> {
+    (W::problem(problem), outcome)
+}
+
+/// One request as the core reads it: what an adapter hands over once it has found the
+/// [`Idem`], buffered the body and decoded its content.
+pub(crate) struct Exchange<'r, DB: Backend, W, H: ?Sized> {
+    pub(crate) idem: &'r Idem<DB>,
+    pub(crate) policy: &'static Policy,
+    pub(crate) method: &'r str,
+    /// The path and query as sent.
+    pub(crate) target: &'r str,
+    pub(crate) headers: &'r H,
+    /// The body decoded from its `Content-Encoding`: what the extractors read.
+    pub(crate) content: &'r [u8],
+    pub(crate) framework: PhantomData<W>,
+}
+
+/// What identifies a request to the key store: its key, method, target (the path and the
+/// canonical query, see [`Fingerprint::canonical_target`]) and fingerprint.
+pub(crate) struct Identity<'a> {
+    pub(crate) key: IdempotencyKey,
+    pub(crate) method: &'a str,
+    pub(crate) path: Cow<'a, str>,
+    pub(crate) fingerprint: Fingerprint,
+}
+
+impl Identity<'_> {
+    pub(crate) fn claim<'a>(
+        &'a self,
+        scope: &'a str,
+        retention: Duration,
+        claim_wait: Duration,
+    ) -> ClaimRequest<'a> {
+        ClaimRequest {
+            scope,
+            key: self.key.as_str(),
+            fingerprint: *self.fingerprint.as_bytes(),
+            method: self.method,
+            path: &self.path,
+            retention,
+            claim_wait,
+        }
+    }
+}
+
+/// Runs one form of the protocol inside the `idempotent` span, then records its outcome
+/// on the span, in the metrics and, for a webhook, in the log.
+pub(crate) async fn instrumented<W: Framework>(
+    policy: &'static Policy,
+    run: impl Future<Output = Done<W>>,
+) -> W::Response {
+    let span = tracing::debug_span!(
+        "idempotent",
+        handler = policy.handler(),
+        outcome = tracing::field::Empty,
+    );
+    let (response, outcome) = run.instrument(span.clone()).await;
+    span.record("outcome", outcome.as_str());
+    crate::protocol::metrics::outcome(policy, outcome);
+    crate::protocol::webhook::after(policy, outcome);
+    response
+}
+
+impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
+    /// Reads the key and fingerprints the request, or answers why it cannot.
+    pub(crate) fn identify(&self) -> Result<Identity<'_>, (Problem, Outcome)> {
+        // The `Idempotency-Key` header, or a webhook event's id where the policy says.
+        let key = crate::protocol::webhook::key_of(self.policy, self.headers, self.content)?;
+        let path = Fingerprint::canonical_target(self.target);
+        let fingerprint = Fingerprint::of_request(self.method, &path, self.headers, self.content)
+            .map_err(|error| {
+            let problem = ProblemKind::BodyInvalid.problem(error.to_string());
+            (problem, Outcome::InvalidBody)
+        })?;
+        Ok(Identity {
+            key,
+            method: self.method,
+            path,
+            fingerprint,
+        })
+    }
+
+    /// Opens the request's transaction, or answers why it could not.
+    pub(crate) async fn begin(
+        &self,
+        claim: &ClaimRequest<'_>,
+    ) -> Result<Transaction<'static, DB>, Done<W>> {
+        let begin = DB::begin(self.idem.pool(), self.idem.opening());
+        match timed(self.policy, "begin", begin).await {
+            Ok(txn) => Ok(txn),
+            // SQLite: another request holds the database's write lock past `claim_wait`.
+            Err(error) if DB::is_lock_timeout(&error) => Err(self.busy(claim)),
+            Err(error) => Err(answer::<W>(storage_unavailable(&error))),
+        }
+    }
+
+    /// On a backend that lets one writer in at a time, answers from a plain read a
+    /// request whose key is held already (a replay, a 422, a 409 for a live lease), so it
+    /// never waits for another request's write lock. `None`: the key is absent, or must
+    /// be reclaimed (`phased`: or taken over), which needs the write lock; or the read
+    /// failed, and the claim will fail the same way or see the row itself.
+    pub(crate) async fn answer_from_read(
+        &self,
+        claim: &ClaimRequest<'_>,
+        phased: bool,
+    ) -> Option<Done<W>> {
+        if !DB::ONE_WRITER {
+            return None;
+        }
+        let peeked = match timed(self.policy, "read", DB::peek(self.idem.pool(), claim)).await {
+            Ok(peeked) => peeked?,
+            Err(error) => {
+                tracing::debug!(%error, "could not read the key; claiming it instead");
+                return None;
+            }
+        };
+        if peeked.expired && peeked.lease_free {
+            return None;
+        }
+        // The same decisions as the claims make on the rows they find.
+        if phased {
+            if let Some(mismatch) = mismatched(&peeked.key, claim) {
+                return Some(answer::<W>(mismatch));
+            }
+            if !peeked.key.completed && peeked.lease_free {
+                return None;
+            }
+        }
+        Some(self.answer_existing(peeked.key, claim))
+    }
+
+    /// The answer to a request whose key another request holds, once its stored response
+    /// is opened: 422, a replay or 409.
+    pub(crate) fn answer_existing(
+        &self,
+        existing: ExistingKey,
+        claim: &ClaimRequest<'_>,
+    ) -> Done<W> {
+        let existing = match crate::protocol::encryption::open(self.idem.keyring(), claim, existing)
+        {
+            Ok(existing) => existing,
+            Err(unreadable) => return answer::<W>(unreadable),
+        };
+        if let Some(mismatch) = mismatched(&existing, claim) {
+            return answer::<W>(mismatch);
+        }
+        match (
+            existing.completed,
+            existing.response_status,
+            existing.response_body,
+        ) {
+            (true, Some(status), Some(body)) => {
+                let headers = existing.response_headers.unwrap_or_default();
+                let status = u16::try_from(status)
+                    .ok()
+                    .and_then(|s| http::StatusCode::from_u16(s).ok())
+                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                (
+                    W::replay(status, &headers, Bytes::from(body)),
+                    Outcome::Replayed,
+                )
+            }
+            _ => answer::<W>(in_progress()),
+        }
+    }
+
+    /// The answer to a request that could not get the database's one write lock within
+    /// `claim_wait`: 409 when a request of this process holds its key, else 503
+    /// `storage-busy`, as the lock holder may be any request.
+    pub(crate) fn busy(&self, claim: &ClaimRequest<'_>) -> Done<W> {
+        if self.idem.in_flight().holds(claim) {
+            return answer::<W>(in_progress());
+        }
+        tracing::warn!(
+            handler = self.policy.handler(),
+            "the database's write lock stayed with other requests past claim_wait"
+        );
+        let problem = ProblemKind::StorageBusy.problem(
+            "the database is busy with other requests; nothing was saved; retry with the same \
+             Idempotency-Key after the delay in Retry-After",
+        );
+        (W::problem(problem), Outcome::Busy)
+    }
+
+    /// Reads the handler's response body into memory to store it, up to the stored limit.
+    /// `consequence` completes the problem's detail of a failed body stream: what became
+    /// of the request's writes.
+    pub(crate) async fn buffer_response(
+        &self,
+        response: W::Response,
+        consequence: &str,
+    ) -> Result<(W::Head, Bytes), Buffering<W>> {
+        let limit = self.idem.settings().max_stored_bytes();
+        match W::buffer(response, limit).await {
+            Ok(parts) => Ok(parts),
+            Err(Unbuffered::Failed(error)) => {
+                tracing::error!(handler = self.policy.handler(), %error, "response body failed");
+                let problem = ProblemKind::ResponseFailed.problem(format!(
+                    "the request failed and {consequence}; it may be retried"
+                ));
+                Err(Buffering::Failed(W::problem(problem)))
+            }
+            Err(Unbuffered::TooLarge) => {
+                tracing::error!(
+                    handler = self.policy.handler(),
+                    limit,
+                    "response too large to store for replay (raise Idem::max_stored_bytes)"
+                );
+                Err(Buffering::TooLarge)
+            }
+        }
+    }
+
+    /// The `response-too-large` problem, its detail completed by `consequence`.
+    pub(crate) fn too_large(&self, consequence: &str) -> Problem {
+        ProblemKind::ResponseTooLarge.problem(format!(
+            "the response is larger than the {} bytes the server stores for replay; \
+             {consequence}",
+            self.idem.settings().max_stored_bytes()
+        ))
+    }
+
+    /// The response as the key store keeps it: its status, the allow-listed headers as
+    /// HTTP/1 lines and the body, both sealed when a keyring is configured.
+    /// `generation` is the life of the key row the response is stored in.
+    pub(crate) fn seal_response<'a>(
+        &self,
+        claim: &ClaimRequest<'_>,
+        generation: i64,
+        head: &W::Head,
+        body: &'a [u8],
+    ) -> Sealed<'a> {
+        let status = W::head_status(head).as_u16();
+        let mut headers = Vec::new();
+        W::stored_headers(head, self.idem.settings().replay_headers(), &mut headers);
+        seal(
+            self.idem.keyring(),
+            claim,
+            generation,
+            status,
+            headers,
+            body,
+        )
+    }
+}
+
+/// A response sealed for the key store; [`Sealed::stored`] lends it to a statement.
+pub(crate) struct Sealed<'a> {
+    status: u16,
+    headers: Vec<u8>,
+    body: Cow<'a, [u8]>,
+}
+
+impl Sealed<'_> {
+    pub(crate) fn stored(&self) -> StoredResponse<'_> {
+        StoredResponse {
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+        }
+    }
+}
+
+/// Seals a response's header block and body to the key row's life (`generation`).
+pub(crate) fn seal<'a>(
+    keyring: &crate::protocol::encryption::Slot,
+    claim: &ClaimRequest<'_>,
+    generation: i64,
+    status: u16,
+    headers: Vec<u8>,
+    body: &'a [u8],
+) -> Sealed<'a> {
+    let row = crate::protocol::encryption::Row {
+        scope: claim.scope,
+        key: claim.key,
+        generation,
+        status,
+    };
+    let (headers, body) = crate::protocol::encryption::seal(keyring, &row, headers, body);
+    Sealed {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Why a handler's response was not buffered, in the framework's terms.
+pub(crate) enum Buffering<W: Framework> {
+    /// It is larger than `Idem::max_stored_bytes`.
+    TooLarge,
+    /// Its body stream failed; the problem to answer.
+    Failed(W::Response),
+}
+
+/// The 422 for a key that belongs to a different request, if it does.
+pub(crate) fn mismatched(
+    existing: &ExistingKey,
+    claim: &ClaimRequest<'_>,
+) -> Option<(Problem, Outcome)> {
+    if existing.method != claim.method || existing.path != claim.path {
+        let detail = format!(
+            "this Idempotency-Key was used for {} {}; use a new key for a different request",
+            existing.method, existing.path
+        );
+        return Some((mismatch(detail, "method_or_path"), Outcome::Mismatch));
+    }
+    if existing.fingerprint != Some(claim.fingerprint) {
+        let detail = "this Idempotency-Key was used with a different request body; \
+                      use a new key for a different request";
+        return Some((mismatch(detail.to_owned(), "body"), Outcome::Mismatch));
+    }
+    None
+}
+
+fn mismatch(detail: String, what: &str) -> Problem {
+    let mut extra = Map::new();
+    extra.insert("mismatch".to_owned(), Value::from(what));
+    ProblemKind::KeyReused.problem(detail).with_members(extra)
+}
+
+/// 409: another request holds the key.
+pub(crate) fn in_progress() -> (Problem, Outcome) {
+    let problem = ProblemKind::InProgress.problem(
+        "a request with this Idempotency-Key is still being processed; retry after the delay \
+         in Retry-After",
+    );
+    (problem, Outcome::InProgress)
+}
+
+/// 503: the key store failed; nothing was saved.
+pub(crate) fn storage_unavailable(error: &sqlx::Error) -> (Problem, Outcome) {
+    tracing::error!(%error, "idempotency key store failed; rolled back");
+    let problem = ProblemKind::StorageUnavailable
+        .problem("the request could not be completed and nothing was saved; it may be retried");
+    (problem, Outcome::StorageError)
+}
+
+/// Allow-listed headers of an `http` 1.x map as the store's header block.
+pub(crate) fn encode_headers(headers: &HeaderMap, allowed: &[http::HeaderName]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for name in allowed {
+        for value in headers.get_all(name) {
+            crate::store::push_header_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    out
+}

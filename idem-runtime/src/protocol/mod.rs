@@ -1,0 +1,33 @@
+//! The protocol core, free of any web framework and of any database's SQL: key parsing,
+//! the request fingerprint, the policy of each handler, the claim / execute / record
+//! state machine of both forms, outcomes as an enum and answers as problem values. It
+//! speaks `http` 1.x and `bytes` types; a framework's adapter (`crate::actix`) hands it a
+//! request through [`Headers`] and an [`exchange::Exchange`], and turns its answers into
+//! the framework's responses through [`framework::Framework`].
+
+pub(crate) mod config;
+#[cfg(feature = "encryption")]
+pub mod encryption;
+#[cfg(not(feature = "encryption"))]
+#[path = "encryption_off.rs"]
+pub(crate) mod encryption;
+pub(crate) mod exchange;
+pub(crate) mod fingerprint;
+pub(crate) mod flow;
+pub(crate) mod framework;
+pub(crate) mod headers;
+pub(crate) mod in_flight;
+pub(crate) mod key;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+pub(crate) mod metrics;
+pub(crate) mod outcome;
+pub mod phased;
+pub(crate) mod policy;
+pub mod problem;
+pub(crate) mod scope;
+pub(crate) mod tx;
+pub(crate) mod webhook;
+
+pub use headers::Headers;
