@@ -411,4 +411,11 @@ pub mod __private {
     pub mod actix {
         pub use idem_runtime::__private::actix::*;
     }
+
+    /// The axum group, re-exported item by item (not as the runtime's module) so that
+    /// compiler errors name these paths rather than the runtime's private ones.
+    #[cfg(feature = "axum")]
+    pub mod axum {
+        pub use idem_runtime::__private::axum::*;
+    }
 }

@@ -87,6 +87,34 @@ macro_rules! handlers {
                 Ok((StatusCode::CREATED, headers, Json(body)))
             }
 
+            /// The phased form: the order in its own phase, and a key derived for the next
+            /// step's provider.
+            #[idem::axum::idempotent(scope = account, lease = "30s")]
+            pub(crate) async fn phased_order(
+                State(counter): State<Counter>,
+                account: Account,
+                phases: idem::Phases<$db>,
+                Json(order): Json<NewOrder>,
+            ) -> Result<(StatusCode, Json<Value>), idem::PhaseError> {
+                let id: i64 = phases
+                    .run("order_created", async |mut tx| {
+                        counter.0.fetch_add(1, Ordering::SeqCst);
+                        sqlx::query_scalar(
+                            "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                             VALUES ($1, $2, $3, 0) RETURNING id",
+                        )
+                        .bind(account.0)
+                        .bind(&order.item)
+                        .bind(order.quantity)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(idem::PhaseError::from)
+                    })
+                    .await?;
+                let charge = phases.derived_key("charge");
+                Ok((StatusCode::CREATED, Json(json!({ "id": id, "charge": charge }))))
+            }
+
             /// Writes an order, then fails: the write and the key roll back.
             #[idem::axum::idempotent(scope = account)]
             pub(crate) async fn failing(
@@ -124,6 +152,7 @@ impl AxumBackend for sqlx::Postgres {
         Router::new()
             .route("/shops/{shop}/orders", post(on_postgres::create_order))
             .route("/failing", post(on_postgres::failing))
+            .route("/phased", post(on_postgres::phased_order))
     }
 }
 
@@ -132,6 +161,7 @@ impl AxumBackend for sqlx::Sqlite {
         Router::new()
             .route("/shops/{shop}/orders", post(on_sqlite::create_order))
             .route("/failing", post(on_sqlite::failing))
+            .route("/phased", post(on_sqlite::phased_order))
     }
 }
 
@@ -410,6 +440,30 @@ async fn extractor_rejections_answer_before_any_claim<DB: AxumBackend>() {
     assert_eq!(env.keys().await, 0);
 }
 
+async fn the_phased_form_replays_its_final_answer<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+    let first = server
+        .post("/phased", Some(ALICE), Some("k-phased"), ORDER)
+        .await;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert!(!first.replayed());
+    let charge = first.json()["charge"].as_str().unwrap().to_owned();
+    assert!(!charge.is_empty());
+
+    let again = server
+        .post("/phased", Some(ALICE), Some("k-phased"), ORDER)
+        .await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(again.body, first.body);
+    assert_eq!(server.runs(), 1, "the phase ran once");
+    assert_eq!(env.orders().await, 1);
+    let (state, recovery_point, _, leased) = DB::key_state(&env.pool, "k-phased").await;
+    assert_eq!(state, "completed");
+    assert_eq!(recovery_point, "order_created");
+    assert!(!leased, "the lease is released");
+}
+
 macro_rules! axum_backend_tests {
     ($($name:ident),+ $(,)?) => {
         mod postgres {
@@ -438,4 +492,5 @@ axum_backend_tests!(
     a_5xx_rolls_back_the_writes_and_the_key,
     a_body_over_the_limit_is_413,
     extractor_rejections_answer_before_any_claim,
+    the_phased_form_replays_its_final_answer,
 );

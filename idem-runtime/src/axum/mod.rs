@@ -18,9 +18,12 @@
 //! - implements the core's `Framework` for axum's `Response` ([`framework`]).
 //!
 //! Besides, `IntoResponse` for `PhaseError` and `WebhookRejected`, so a handler's error
-//! type can carry them with `?`.
+//! type can carry them with `?`; `ScopeKey` for `Extension<T>` (an identity middleware
+//! put in the request) and `UnverifiedScope<Path<T>>`, and `FromRequestParts` for
+//! `UnverifiedScope`.
 
 pub(crate) mod framework;
 mod prepare;
+mod scope;
 
 pub use prepare::{Extraction, Prepared, extract_last, extract_parts, prepare, respond};
