@@ -6,7 +6,7 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ReturnType};
 
-use crate::model::{Expansion, Fallback, Model, Rejected, Shell, UNNAMED};
+use crate::model::{Expansion, Fallback, Framework, Model, Rejected, Shell, UNNAMED};
 use crate::syntax::Role;
 use crate::validate::KeySpec;
 
@@ -14,6 +14,9 @@ impl ToTokens for Expansion {
     fn to_tokens(&self, tokens: &mut TokenStream) {
         match self {
             Self::Handler(model) => model.to_tokens(tokens),
+            Self::Rejected(rejected) if rejected.framework == Framework::Axum => {
+                crate::expand_axum::rejected(rejected, tokens);
+            }
             Self::Rejected(rejected) => rejected.to_tokens(tokens),
         }
     }
@@ -21,7 +24,7 @@ impl ToTokens for Expansion {
 
 /// The locals of the generated handler: mixed-site, so the user's body cannot see them
 /// and they cannot shadow the user's names.
-fn local(name: &str) -> Ident {
+pub(crate) fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
@@ -61,7 +64,7 @@ fn outer_signature(krate: &syn::Path, shell: &Shell) -> TokenStream {
 
 /// The alias of the database nothing names, if something names none: one definition,
 /// so its compile error (with both databases enabled) is reported once.
-fn unnamed_alias(shell: &Shell) -> Option<TokenStream> {
+pub(crate) fn unnamed_alias(shell: &Shell) -> Option<TokenStream> {
     shell.unnamed.as_ref().map(|ty| {
         let alias = Ident::new(UNNAMED, Span::mixed_site());
         quote!(type #alias = #ty;)
@@ -92,6 +95,60 @@ impl ToTokens for Rejected {
 
 impl ToTokens for Model {
     fn to_tokens(&self, tokens: &mut TokenStream) {
+        match self.framework {
+            Framework::Actix => self.actix_tokens(tokens),
+            Framework::Axum => crate::expand_axum::handler(self, tokens),
+        }
+    }
+}
+
+/// The handler's `Policy` static and its registration, named `policy`.
+pub(crate) fn policy_tokens(model: &Model, policy: &Ident) -> TokenStream {
+    let krate = &model.krate;
+    let handler_name = model.shell.inner.sig.ident.to_string();
+    let scope_name = model.scope.name.to_string();
+    let retention_secs = model.retention.as_secs();
+    let with_route = model
+        .route
+        .as_ref()
+        .map(|(method, path)| quote!(.with_route(#method, #path)));
+    let with_lease = model
+        .lease_ms()
+        .map(|lease_ms| quote!(.with_lease(#lease_ms)));
+    let with_key = model.key.as_ref().map(|key| match key {
+        KeySpec::Header(name) => quote!(.with_key(#krate::__private::KeySource::Header(#name))),
+        KeySpec::Json(field) => quote!(.with_key(#krate::__private::KeySource::Json(#field))),
+    });
+    quote! {
+        static #policy: #krate::__private::Policy = #krate::__private::Policy::new(
+            #handler_name,
+            ::core::module_path!(),
+            #scope_name,
+            #retention_secs,
+        )#with_route #with_lease #with_key;
+        #krate::__private::inventory::submit! {
+            #krate::__private::Registration(&#policy)
+        }
+    }
+}
+
+impl Model {
+    /// The lease in milliseconds, as the runtime takes it.
+    pub(crate) fn lease_ms(&self) -> Option<u64> {
+        self.lease
+            .map(|lease| u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// The return type's span, or the name's when the function returns `()`: where "not
+    /// a response" is reported.
+    pub(crate) fn return_span(&self) -> Span {
+        match &self.shell.inner.sig.output {
+            ReturnType::Default => self.shell.inner.sig.ident.span(),
+            ReturnType::Type(_, ty) => ty.span(),
+        }
+    }
+
+    fn actix_tokens(&self, tokens: &mut TokenStream) {
         let krate = &self.krate;
         let outer = outer_signature(krate, &self.shell);
         let inner = &self.shell.inner;
@@ -106,22 +163,8 @@ impl ToTokens for Model {
         let phases = local("__idem_phases");
         let policy = local("__IDEM_POLICY");
         let backend = &self.backend;
-
-        let handler_name = name.to_string();
-        let scope_name = self.scope.name.to_string();
-        let retention_secs = self.retention.as_secs();
-        let with_route = self
-            .route
-            .as_ref()
-            .map(|(method, path)| quote!(.with_route(#method, #path)));
-        let lease_ms = self
-            .lease
-            .map(|lease| u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
-        let with_lease = lease_ms.map(|lease_ms| quote!(.with_lease(#lease_ms)));
-        let with_key = self.key.as_ref().map(|key| match key {
-            KeySpec::Header(name) => quote!(.with_key(#krate::__private::KeySource::Header(#name))),
-            KeySpec::Json(field) => quote!(.with_key(#krate::__private::KeySource::Json(#field))),
-        });
+        let lease_ms = self.lease_ms();
+        let policy_items = policy_tokens(self, &policy);
 
         let mut extractions = Vec::new();
         let mut call_args = Vec::new();
@@ -160,10 +203,7 @@ impl ToTokens for Model {
         }
 
         // Spanned at the return type, so "not a Responder" points at what the user wrote.
-        let ret_span = match &inner.sig.output {
-            ReturnType::Default => name.span(),
-            ReturnType::Type(_, ty) => ty.span(),
-        };
+        let ret_span = self.return_span();
         let value = local("__idem_value");
         let value_at_return = Ident::new("__idem_value", ret_span.resolved_at(Span::mixed_site()));
         let at_ret = krate_at(krate, ret_span);
@@ -199,15 +239,7 @@ impl ToTokens for Model {
                 #unnamed
                 #inner
 
-                static #policy: #krate::__private::Policy = #krate::__private::Policy::new(
-                    #handler_name,
-                    ::core::module_path!(),
-                    #scope_name,
-                    #retention_secs,
-                )#with_route #with_lease #with_key;
-                #krate::__private::inventory::submit! {
-                    #krate::__private::Registration(&#policy)
-                }
+                #policy_items
 
                 let #prepared = match #krate::__private::actix::prepare::<#backend>(&#policy, #req, #payload).await {
                     ::core::result::Result::Ok(prepared) => prepared,

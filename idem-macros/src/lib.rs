@@ -12,6 +12,7 @@ use quote::ToTokens;
 
 mod errors;
 mod expand;
+mod expand_axum;
 mod model;
 mod parse;
 mod syntax;
@@ -58,6 +59,29 @@ mod validate;
 /// ```
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    entry(model::Framework::Actix, args, item)
+}
+
+/// Makes an axum 0.8 handler idempotent: `#[idem::axum::idempotent(..)]` (feature `axum`
+/// of the `idem` crate), with the same arguments as `#[idempotent]`.
+///
+/// The handler keeps axum's rules for extractors: each parameter but `Tx` or `Phases`
+/// is an extractor, the last one may read the body (`FromRequest`), the others read the
+/// head (`FromRequestParts`). Its name becomes a value to register on the router, e.g.
+/// `Router::new().route("/orders", post(create_order)).layer(Extension(idem))`.
+///
+/// ```ignore
+/// #[idem::axum::idempotent(scope = account, retention = "24h")]
+/// async fn create_order(account: Account, tx: idem::Tx<'_, sqlx::Postgres>,
+///     Json(order): Json<NewOrder>) -> Result<(StatusCode, Json<Order>), AppError> { .. }
+/// ```
+#[proc_macro_attribute]
+pub fn idempotent_axum(args: TokenStream, item: TokenStream) -> TokenStream {
+    entry(model::Framework::Axum, args, item)
+}
+
+/// The one entry point: the framework is the only fact the attribute's path adds.
+fn entry(framework: model::Framework, args: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);
     // Anything but a function is emitted untouched beside the error, so editors keep
     // working on it.
@@ -71,5 +95,7 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     let mut errors = errors::Errors::default();
     let args = parse::parse(args.into(), &mut errors);
-    model::check(args, func, errors).into_token_stream().into()
+    model::check(framework, args, func, errors)
+        .into_token_stream()
+        .into()
 }

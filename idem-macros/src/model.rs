@@ -13,6 +13,17 @@ use crate::parse::{Arg, Args};
 use crate::syntax::{self, AttrKind, Role};
 use crate::validate;
 
+/// The web framework a handler is generated for: chosen by the attribute's path
+/// (`#[idem::idempotent]` or `#[idem::axum::idempotent]`), so a project that uses both
+/// frameworks says on each handler which one it is, and nothing depends on features.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framework {
+    /// actix-web 4: a function taking the request and its payload.
+    Actix,
+    /// axum 0.8: a unit struct that implements axum's `Handler`.
+    Axum,
+}
+
 /// What the attribute expands to.
 pub(crate) enum Expansion {
     Handler(Model),
@@ -21,6 +32,7 @@ pub(crate) enum Expansion {
 
 /// The checked handler, with every fact resolved.
 pub(crate) struct Model {
+    pub(crate) framework: Framework,
     /// The path the generated code reaches idem by (`crate = ..`, or `::idem`).
     pub(crate) krate: syn::Path,
     pub(crate) shell: Shell,
@@ -79,6 +91,7 @@ pub(crate) struct Scope {
 /// keep completing inside the function and a route attribute around it does not add
 /// "Handler is not satisfied".
 pub(crate) struct Rejected {
+    pub(crate) framework: Framework,
     pub(crate) krate: syn::Path,
     pub(crate) error: syn::Error,
     pub(crate) fallback: Fallback,
@@ -93,7 +106,12 @@ pub(crate) enum Fallback {
 
 /// Checks everything, reporting every independent problem together. Errors point at
 /// the tokens of the function as written.
-pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
+pub(crate) fn check(
+    framework: Framework,
+    args: Args,
+    func: ItemFn,
+    mut errors: Errors,
+) -> Expansion {
     let krate = match &args.krate {
         Arg::Given(path) => path.clone(),
         Arg::Absent | Arg::Unreadable => syn::parse_quote!(::idem),
@@ -104,8 +122,11 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
             "`#[idempotent]` handlers must be `async fn`: write `async fn`",
         ));
     }
-    let attrs = attributes(&func, &mut errors);
+    let attrs = attributes(framework, &func, &mut errors);
     let params = params(&func, &mut errors);
+    if framework == Framework::Axum {
+        axum_rules(&func, &params.params, &mut errors);
+    }
     let scope = scope(&args, &func, &mut errors);
     // `None` when the retention is unreadable, so the lease is not compared with it.
     let retention = match &args.retention {
@@ -167,6 +188,7 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
     let error = errors.finish();
     match (scope, error) {
         (Some(scope), None) => Expansion::Handler(Model {
+            framework,
             backend: backend(&krate, &args, &params.params, unnamed.is_some()),
             krate,
             shell,
@@ -187,6 +209,7 @@ pub(crate) fn check(args: Args, func: ItemFn, mut errors: Errors) -> Expansion {
                 Fallback::Nested(shell)
             };
             Expansion::Rejected(Rejected {
+                framework,
                 krate,
                 error,
                 fallback,
@@ -202,7 +225,7 @@ struct Attrs {
     route: Option<(String, LitStr)>,
 }
 
-fn attributes(func: &ItemFn, errors: &mut Errors) -> Attrs {
+fn attributes(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Attrs {
     let mut attrs = Attrs {
         outer: Vec::new(),
         inner: Vec::new(),
@@ -211,6 +234,11 @@ fn attributes(func: &ItemFn, errors: &mut Errors) -> Attrs {
     let mut routes = Vec::new();
     for attr in &func.attrs {
         match syntax::classify(attr) {
+            // axum has no route attributes: an actix-web one here would register the
+            // handler with actix-web, which an axum handler is not.
+            AttrKind::Route(_) if framework == Framework::Axum => {
+                errors.push(axum_route_attribute(attr, &func.sig.ident));
+            }
             AttrKind::Route(route) => {
                 routes.extend(route.methods.into_iter().map(|m| (m, route.path.clone())));
                 attrs.outer.push(attr.clone());
@@ -484,4 +512,83 @@ fn lease(
         (Arg::Absent, None) | (Arg::Unreadable, _) => return None,
     };
     result.map_err(|error| errors.push(error)).ok()
+}
+
+/// A route attribute on an axum handler, which axum registers on its `Router`.
+fn axum_route_attribute(attr: &Attribute, name: &Ident) -> syn::Error {
+    let method = attr
+        .path()
+        .segments
+        .last()
+        .map_or_else(String::new, |segment| segment.ident.to_string());
+    let registered = match method.as_str() {
+        "route" | "routes" => format!("`axum::routing::post({name})`"),
+        _ => format!("`axum::routing::{method}({name})`"),
+    };
+    syn::Error::new_spanned(
+        attr,
+        format!(
+            "`#[{method}]` is an actix-web route attribute, and this is an axum handler \
+             (`#[idem::axum::idempotent]`): remove it and register {registered} with \
+             `Router::route`"
+        ),
+    )
+}
+
+/// The extractors that read the request's body, by the last segment of their path: axum
+/// runs them only as a handler's last extractor (`FromRequest`), and the others through
+/// `FromRequestParts`. Others are reported by the compiler, at the router.
+const BODY_EXTRACTORS: [&str; 9] = [
+    "Json",
+    "Form",
+    "String",
+    "Bytes",
+    "Body",
+    "Request",
+    "RawForm",
+    "Multipart",
+    "SignedWebhook",
+];
+
+/// What axum requires of a handler that the generated one cannot offer: generics (the
+/// handler is a unit struct) and a body extractor before the last extractor.
+fn axum_rules(func: &ItemFn, params: &[Param], errors: &mut Errors) {
+    let generics = &func.sig.generics;
+    if !generics.params.is_empty() || generics.where_clause.is_some() {
+        errors.push(syn::Error::new_spanned(
+            generics,
+            format!(
+                "an axum handler made idempotent is a value registered on the router, so it \
+                 cannot be generic: remove the generics of `{}` and name concrete types",
+                func.sig.ident
+            ),
+        ));
+    }
+    let extractors: Vec<&Param> = params
+        .iter()
+        .filter(|param| param.role == Role::Extractor)
+        .collect();
+    let Some((last, before)) = extractors.split_last() else {
+        return;
+    };
+    for param in before {
+        let Type::Path(path) = &param.ty else {
+            continue;
+        };
+        let Some(segment) = path.path.segments.last() else {
+            continue;
+        };
+        if BODY_EXTRACTORS.iter().any(|name| segment.ident == name) {
+            let last_ty = &last.ty;
+            errors.push(syn::Error::new_spanned(
+                &param.ty,
+                format!(
+                    "`{}` reads the request body, which axum hands only to the last extractor: \
+                     move this parameter after `{}`",
+                    segment.ident,
+                    quote!(#last_ty).to_string().replace(' ', "")
+                ),
+            ));
+        }
+    }
 }

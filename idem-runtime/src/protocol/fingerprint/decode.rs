@@ -67,6 +67,13 @@ impl Encoding {
     }
 }
 
+/// Whether [`content`] decodes a body sent with these headers (an adapter whose framework
+/// does not decode, axum's, then hands its extractors the content without the header).
+#[cfg_attr(not(feature = "axum"), allow(dead_code))]
+pub(crate) fn decodes(headers: &(impl Headers + ?Sized)) -> bool {
+    Encoding::of(headers).is_some()
+}
+
 /// The content of `body` as the extractors will read it, at most `limit` bytes. A body
 /// without an encoding actix decodes is its own content (no copy).
 pub(crate) fn content(

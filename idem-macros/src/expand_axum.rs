@@ -1,0 +1,210 @@
+//! The axum expansion: the handler's name becomes a unit struct implementing axum's
+//! `Handler` for every router state its extractors accept, the way axum's own function
+//! handlers are generic over the state. The user's function is nested in `call`.
+
+use proc_macro2::TokenStream;
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::Ident;
+use syn::spanned::Spanned;
+
+use crate::expand::{krate_at, local, policy_tokens, unnamed_alias};
+use crate::model::{Fallback, Model, Rejected, Shell};
+use crate::syntax::Role;
+
+/// The unit struct and the head of its `Handler` impl, up to the `where` clause's end;
+/// `bounds` are the extractors' (empty for a rejected handler).
+fn shell_tokens(
+    krate: &syn::Path,
+    shell: &Shell,
+    bounds: &[TokenStream],
+    marker: &Ident,
+) -> TokenStream {
+    let attrs = &shell.attrs;
+    let vis = &shell.vis;
+    let name = &shell.inner.sig.ident;
+    let state = local("__IdemState");
+    // `cfg` and `deprecated` go on both items; docs only on the struct, which the
+    // application names.
+    let both: Vec<_> = attrs
+        .iter()
+        .filter(|attr| !attr.path().is_ident("doc"))
+        .collect();
+    quote! {
+        #(#attrs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug)]
+        #vis struct #name;
+
+        #(#both)*
+        impl<#state, #marker> #krate::__private::axum::Handler<(#krate::__private::axum::Marker, #marker), #state> for #name
+        where
+            #state: ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static,
+            #(#bounds,)*
+    }
+}
+
+/// A handler with mistakes: the struct, and a `Handler` impl whose `call` holds the user's
+/// function as written, so that the router still accepts it and editors keep completing.
+pub(crate) fn rejected(rejected: &Rejected, tokens: &mut TokenStream) {
+    match &rejected.fallback {
+        Fallback::AsWritten(func) => func.to_tokens(tokens),
+        Fallback::Nested(shell) => {
+            let krate = &rejected.krate;
+            let marker = local("__IdemMarker");
+            let head = shell_tokens(krate, shell, &[quote!(#marker: 'static)], &marker);
+            let inner = &shell.inner;
+            let state_ty = local("__IdemState");
+            let unnamed = unnamed_alias(shell);
+            tokens.extend(quote! {
+                #head
+                {
+                    type Future = #krate::__private::axum::HandlerFuture;
+
+                    fn call(self, _: #krate::__private::axum::Request, _: #state_ty) -> Self::Future {
+                        #unnamed
+                        #[allow(dead_code, unused)]
+                        #inner
+                        ::core::unreachable!()
+                    }
+                }
+            });
+        }
+    }
+    tokens.extend(rejected.error.to_compile_error());
+}
+
+pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
+    let krate = &model.krate;
+    let inner = &model.shell.inner;
+    let name = &inner.sig.ident;
+    let req = local("__idem_req");
+    let state = local("__idem_state");
+    let state_ty = local("__IdemState");
+    let marker = local("__IdemMarker");
+    let prepared = local("__idem_prepared");
+    let extraction = local("__idem_extraction");
+    let scope = local("__idem_scope");
+    let tx = local("__idem_tx");
+    let phases = local("__idem_phases");
+    let policy = local("__IDEM_POLICY");
+    let backend = &model.backend;
+    let policy_items = policy_tokens(model, &policy);
+
+    let last = model
+        .params
+        .iter()
+        .rposition(|param| param.role == Role::Extractor);
+    let mut bounds = Vec::new();
+    let mut extractions = Vec::new();
+    let mut call_args = Vec::new();
+    let mut scope_value = None;
+    for (index, param) in model.params.iter().enumerate() {
+        match param.role {
+            Role::Tx => {
+                call_args.push(quote!(#tx));
+                continue;
+            }
+            Role::Phases => {
+                call_args.push(quote!(#phases));
+                continue;
+            }
+            Role::Extractor => {}
+        }
+        let arg = format_ident!(
+            "__idem_arg{}",
+            index,
+            span = proc_macro2::Span::mixed_site()
+        );
+        let ty = &param.ty;
+        let at_ty = krate_at(krate, ty.span());
+        let extract = if Some(index) == last {
+            bounds.push(quote_spanned! {ty.span()=>
+                #ty: #at_ty::__private::axum::FromRequest<#state_ty, #marker>
+            });
+            quote_spanned! {ty.span()=>
+                #at_ty::__private::axum::extract_last::<#ty, #state_ty, #marker>(#extraction, &#state).await
+            }
+        } else {
+            bounds.push(quote_spanned! {ty.span()=>
+                #ty: #at_ty::__private::axum::FromRequestParts<#state_ty>
+            });
+            quote_spanned! {ty.span()=>
+                #at_ty::__private::axum::extract_parts::<#ty, #state_ty>(&mut #extraction, &#state).await
+            }
+        };
+        extractions.push(quote! {
+            let #arg: #ty = match #extract {
+                ::core::result::Result::Ok(value) => value,
+                ::core::result::Result::Err(response) => return response,
+            };
+        });
+        if index == model.scope.index {
+            scope_value = Some(quote_spanned! {ty.span()=>
+                #at_ty::__private::scope_key::<#ty>(&#arg)
+            });
+        }
+        call_args.push(quote!(#arg));
+    }
+    let head = shell_tokens(krate, &model.shell, &bounds, &marker);
+
+    let ret_span = model.return_span();
+    let value = local("__idem_value");
+    let value_at_return = Ident::new(
+        "__idem_value",
+        ret_span.resolved_at(proc_macro2::Span::mixed_site()),
+    );
+    let at_ret = krate_at(krate, ret_span);
+    let respond = quote_spanned! {ret_span=>
+        #at_ret::__private::axum::respond(#value_at_return)
+    };
+    let run = match model.lease_ms() {
+        None => quote! {
+            #prepared
+                .run(&#scope, async move |#tx| {
+                    let #value = #name(#(#call_args),*).await;
+                    #respond
+                })
+                .await
+        },
+        Some(lease_ms) => quote! {
+            #prepared
+                .run_phased(
+                    &#scope,
+                    ::core::time::Duration::from_millis(#lease_ms),
+                    async move |#phases| {
+                        let #value = #name(#(#call_args),*).await;
+                        #respond
+                    },
+                )
+                .await
+        },
+    };
+
+    let unnamed = unnamed_alias(&model.shell);
+    tokens.extend(quote! {
+        #head
+        {
+            type Future = #krate::__private::axum::HandlerFuture;
+
+            fn call(self, #req: #krate::__private::axum::Request, #state: #state_ty) -> Self::Future {
+                #unnamed
+                #inner
+
+                #policy_items
+
+                ::std::boxed::Box::pin(async move {
+                    let #prepared = match #krate::__private::axum::prepare::<#backend>(&#policy, #req).await {
+                        ::core::result::Result::Ok(prepared) => prepared,
+                        ::core::result::Result::Err(response) => return response,
+                    };
+                    // Only `FromRequestParts` extractors borrow it mutably.
+                    #[allow(unused_mut)]
+                    let mut #extraction = #prepared.extraction();
+                    #(#extractions)*
+                    let #scope = #scope_value;
+                    #run
+                })
+            }
+        }
+    });
+}

@@ -1,0 +1,197 @@
+//! Reading an axum request for the core, and the handler's extractors and answer.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use ::axum::extract::{FromRequest, FromRequestParts, Request};
+use ::axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::HeaderMap;
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue};
+use http::request::Parts;
+
+use super::framework::{Axum, problem_response, read_limited};
+use crate::protocol::config::Idem;
+use crate::protocol::exchange::Exchange;
+use crate::protocol::fingerprint::decode::{self, DecodeError};
+use crate::protocol::framework::Unbuffered;
+use crate::protocol::phased::Phases;
+use crate::protocol::policy::Policy;
+use crate::protocol::problem::ProblemKind;
+use crate::protocol::tx::Tx;
+use crate::store::Backend;
+
+/// A request whose body is read and decoded, before any extractor ran.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Prepared<DB: Backend> {
+    idem: Idem<DB>,
+    policy: &'static Policy,
+    /// The request's head as sent: the fingerprint reads its headers.
+    head: Parts,
+    /// The body decoded from its `Content-Encoding`: what is fingerprinted and what the
+    /// extractors read.
+    content: Bytes,
+}
+
+/// The request as the handler's extractors see it: the head (which `FromRequestParts`
+/// extractors may change, as in axum) and the decoded body for the last extractor.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Extraction {
+    parts: Parts,
+    body: Bytes,
+}
+
+/// Finds the `Idem` that `Router::layer(Extension(idem))` put in the request's
+/// extensions, buffers the body (413 past the limit) and decodes its `Content-Encoding`
+/// (413 when the decoded content is past the limit, 400 when it does not decode), before
+/// any extractor could read it unbounded. The key is checked after the extractors, so that
+/// e.g. an unauthenticated request gets the application's 401 rather than a 400 about its
+/// key.
+#[doc(hidden)]
+pub async fn prepare<DB: Backend>(
+    policy: &'static Policy,
+    req: Request,
+) -> Result<Prepared<DB>, Response> {
+    let (head, body) = req.into_parts();
+    let Some(idem) = head.extensions.get::<Idem<DB>>().cloned() else {
+        tracing::error!(
+            handler = policy.handler(),
+            "idem is not configured: add it to the router with \
+             Router::layer(axum::Extension(idem::Idem::new(pool)))"
+        );
+        return Err(problem_response(ProblemKind::NotConfigured.problem(
+            "the server has no idempotency store configured; this is a server bug",
+        )));
+    };
+    let limit = idem.settings().max_request_bytes();
+    let too_large = || {
+        problem_response(ProblemKind::BodyTooLarge.problem(format!(
+            "the request body is larger than the {limit} bytes this endpoint accepts"
+        )))
+    };
+    // Refuse a declared oversize body before reading a byte of it.
+    if declared_length(&head.headers).is_some_and(|len| len > limit) {
+        return Err(too_large());
+    }
+    let body = match read_limited(body, limit).await {
+        Ok(body) => body,
+        Err(Unbuffered::TooLarge) => return Err(too_large()),
+        Err(Unbuffered::Failed(error)) => {
+            tracing::debug!(%error, "the request body could not be read");
+            return Err(problem_response(
+                ProblemKind::BodyInvalid
+                    .problem(format!("the request body could not be read: {error}")),
+            ));
+        }
+    };
+    let content = match decode::content(&head.headers, &body, limit) {
+        Ok(content) => content,
+        Err(DecodeError::TooLarge) => return Err(too_large()),
+        Err(DecodeError::Invalid { encoding, error }) => {
+            return Err(problem_response(ProblemKind::EncodingInvalid.problem(
+                format!(
+                    "the request body is not valid `{encoding}` data, as its Content-Encoding \
+                     says: {error}"
+                ),
+            )));
+        }
+    };
+    Ok(Prepared {
+        idem,
+        policy,
+        head,
+        content,
+    })
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// Runs one of the handler's extractors but the last on the request's head, in
+/// declaration order. A rejection is answered as axum would answer it, before any claim.
+#[doc(hidden)]
+pub async fn extract_parts<T, S>(extraction: &mut Extraction, state: &S) -> Result<T, Response>
+where
+    T: FromRequestParts<S>,
+    S: Send + Sync,
+{
+    T::from_request_parts(&mut extraction.parts, state)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
+/// Runs the handler's last extractor on the whole request, the buffered body included.
+#[doc(hidden)]
+pub async fn extract_last<T, S, M>(extraction: Extraction, state: &S) -> Result<T, Response>
+where
+    T: FromRequest<S, M>,
+    S: Send + Sync,
+{
+    let req = Request::from_parts(extraction.parts, extraction.body.into());
+    T::from_request(req, state)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
+impl<DB: Backend> Prepared<DB> {
+    /// The request for the extractors. axum decodes no `Content-Encoding` itself (tower-http's
+    /// `RequestDecompressionLayer` does, in front of the handler, and removes the header), so
+    /// the extractors get the decoded content without `Content-Encoding`, as that layer
+    /// leaves it: they read exactly the bytes that were fingerprinted.
+    pub fn extraction(&self) -> Extraction {
+        let mut parts = self.head.clone();
+        if decode::decodes(&parts.headers) {
+            parts.headers.remove(CONTENT_ENCODING);
+            parts
+                .headers
+                .insert(CONTENT_LENGTH, HeaderValue::from(self.content.len()));
+        }
+        Extraction {
+            parts,
+            body: self.content.clone(),
+        }
+    }
+
+    /// The request as the core reads it.
+    fn exchange(&self) -> Exchange<'_, DB, Axum, HeaderMap> {
+        let uri = &self.head.uri;
+        Exchange {
+            idem: &self.idem,
+            policy: self.policy,
+            method: self.head.method.as_str(),
+            target: uri
+                .path_and_query()
+                .map_or_else(|| uri.path(), |pq| pq.as_str()),
+            headers: &self.head.headers,
+            content: &self.content,
+            framework: PhantomData,
+        }
+    }
+
+    /// Claims the key, runs `handler` in the transaction, records its response and
+    /// commits; or replays, or answers the problem the protocol calls for.
+    pub async fn run<F>(self, scope: &str, handler: F) -> Response
+    where
+        F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> Response,
+    {
+        self.exchange().run(scope, handler).await
+    }
+
+    /// The phased form: claims the key with a lease (or takes over an attempt whose lease
+    /// ran out), runs the handler with [`Phases`], and records its response.
+    pub async fn run_phased<F>(self, scope: &str, lease: Duration, handler: F) -> Response
+    where
+        F: AsyncFnOnce(Phases<DB>) -> Response,
+    {
+        self.exchange().run_phased(scope, lease, handler).await
+    }
+}
+
+/// Converts the handler's return value.
+#[doc(hidden)]
+pub fn respond<R: IntoResponse>(value: R) -> Response {
+    value.into_response()
+}

@@ -1,0 +1,496 @@
+//! axum handlers under `#[idem::axum::idempotent]`, over real HTTP (a server on
+//! 127.0.0.1:0 and reqwest) against PostgreSQL and SQLite: the replay of status,
+//! allow-listed headers and exact body bytes, the 422 for a different body, one execution
+//! among concurrent duplicates, the rollback of a 5xx, the 413, and extractor rejections
+//! answered before any key is claimed. The user's `State`, `Path`, `Json` and a custom
+//! `FromRequestParts` run on the buffered body.
+
+mod support;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::routing::post;
+use axum::{Extension, Json, Router};
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+use support::{ALICE, BOB, Env, TestBackend};
+
+/// The caller, from `X-Account-Id`; 401 without it, before idem reads the key.
+#[derive(Debug, Clone, Copy)]
+struct Account(i64);
+
+impl idem::ScopeKey for Account {
+    fn scope_key(&self) -> Cow<'_, str> {
+        Cow::Owned(self.0.to_string())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Account {
+    type Rejection = (StatusCode, &'static str);
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .headers
+            .get("x-account-id")
+            .and_then(|value| value.to_str().ok()?.parse().ok())
+            .map(Account)
+            .ok_or((StatusCode::UNAUTHORIZED, "send X-Account-Id"))
+    }
+}
+
+/// The router's state: how many times a handler body ran.
+#[derive(Clone, Default)]
+struct Counter(Arc<AtomicUsize>);
+
+#[derive(serde::Deserialize)]
+struct NewOrder {
+    item: String,
+    quantity: i32,
+}
+
+/// The same handlers on each database: axum handlers made idempotent are not generic.
+macro_rules! handlers {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::*;
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(crate) async fn create_order(
+                State(counter): State<Counter>,
+                account: Account,
+                Path(shop): Path<String>,
+                tx: idem::Tx<'_, $db>,
+                Json(order): Json<NewOrder>,
+            ) -> Result<(StatusCode, HeaderMap, Json<Value>), StatusCode> {
+                let run = counter.0.fetch_add(1, Ordering::SeqCst) + 1;
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                     VALUES ($1, $2, $3, 0) RETURNING id",
+                )
+                .bind(account.0)
+                .bind(&order.item)
+                .bind(order.quantity)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+                // Slow enough that concurrent duplicates find the key held.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                let mut headers = HeaderMap::new();
+                headers.insert(header::LOCATION, format!("/orders/{id}").parse().unwrap());
+                headers.insert("x-not-allowed", "dropped on replay".parse().unwrap());
+                let body = json!({ "id": id, "shop": shop, "item": order.item, "run": run });
+                Ok((StatusCode::CREATED, headers, Json(body)))
+            }
+
+            /// The phased form: the order in its own phase, and a key derived for the next
+            /// step's provider.
+            #[idem::axum::idempotent(scope = account, lease = "30s")]
+            pub(crate) async fn phased_order(
+                State(counter): State<Counter>,
+                account: Account,
+                phases: idem::Phases<$db>,
+                Json(order): Json<NewOrder>,
+            ) -> Result<(StatusCode, Json<Value>), idem::PhaseError> {
+                let id: i64 = phases
+                    .run("order_created", async |mut tx| {
+                        counter.0.fetch_add(1, Ordering::SeqCst);
+                        sqlx::query_scalar(
+                            "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                             VALUES ($1, $2, $3, 0) RETURNING id",
+                        )
+                        .bind(account.0)
+                        .bind(&order.item)
+                        .bind(order.quantity)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(idem::PhaseError::from)
+                    })
+                    .await?;
+                let charge = phases.derived_key("charge");
+                Ok((StatusCode::CREATED, Json(json!({ "id": id, "charge": charge }))))
+            }
+
+            /// Writes an order, then fails: the write and the key roll back.
+            #[idem::axum::idempotent(scope = account)]
+            pub(crate) async fn failing(
+                State(counter): State<Counter>,
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+                body: String,
+            ) -> (StatusCode, String) {
+                counter.0.fetch_add(1, Ordering::SeqCst);
+                sqlx::query(
+                    "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                     VALUES ($1, $2, 1, 0)",
+                )
+                .bind(account.0)
+                .bind(body)
+                .execute(&mut *tx)
+                .await
+                .expect("insert");
+                (StatusCode::SERVICE_UNAVAILABLE, "try later".to_owned())
+            }
+        }
+    };
+}
+
+handlers!(on_postgres, sqlx::Postgres);
+handlers!(on_sqlite, sqlx::Sqlite);
+
+/// The application's router for a database.
+trait AxumBackend: TestBackend {
+    fn routes() -> Router<Counter>;
+}
+
+impl AxumBackend for sqlx::Postgres {
+    fn routes() -> Router<Counter> {
+        Router::new()
+            .route("/shops/{shop}/orders", post(on_postgres::create_order))
+            .route("/failing", post(on_postgres::failing))
+            .route("/phased", post(on_postgres::phased_order))
+    }
+}
+
+impl AxumBackend for sqlx::Sqlite {
+    fn routes() -> Router<Counter> {
+        Router::new()
+            .route("/shops/{shop}/orders", post(on_sqlite::create_order))
+            .route("/failing", post(on_sqlite::failing))
+            .route("/phased", post(on_sqlite::phased_order))
+    }
+}
+
+/// A server on a free port of 127.0.0.1 serving the router with `idem`.
+struct Server {
+    base: String,
+    client: reqwest::Client,
+    runs: Counter,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Server {
+    async fn start<DB: AxumBackend>(idem: idem::Idem<DB>) -> Self {
+        let runs = Counter::default();
+        let app = DB::routes().layer(Extension(idem)).with_state(runs.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.expect("serve");
+        });
+        Self {
+            base,
+            client: reqwest::Client::new(),
+            runs,
+            task,
+        }
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.0.load(Ordering::SeqCst)
+    }
+
+    async fn post(&self, path: &str, account: Option<i64>, key: Option<&str>, body: &str) -> Reply {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(account) = account {
+            request = request.header("x-account-id", account.to_string());
+        }
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let response = request.send().await.expect("the server answers");
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.bytes().await.expect("read the body").to_vec(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|value| value.to_str().unwrap())
+    }
+
+    fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("a JSON body")
+    }
+
+    /// An idem problem response with this status and slug.
+    fn assert_problem(&self, status: u16, slug: &str) {
+        assert_eq!(self.status, status, "{self:?}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let problem = self.json();
+        let kind = problem["type"].as_str().unwrap_or_default();
+        assert!(kind.ends_with(&format!("#{slug}")), "{problem}");
+    }
+}
+
+const ORDER: &str = r#"{"item": "tea", "quantity": 2}"#;
+
+async fn a_repeat_replays_status_allowed_headers_and_exact_body<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+
+    let first = server
+        .post("/shops/north/orders", Some(ALICE), Some("k-1"), ORDER)
+        .await;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert!(!first.replayed());
+    let order = first.json();
+    assert_eq!(order["shop"], "north", "the Path extractor ran");
+    assert_eq!(
+        order["item"], "tea",
+        "the Json extractor read the buffered body"
+    );
+    assert_eq!(order["run"], 1, "the State extractor ran");
+    let location = format!("/orders/{}", order["id"]);
+    assert_eq!(first.header("location"), Some(location.as_str()));
+
+    // The same JSON, spelled differently: the same request to the fingerprint.
+    let respelled = r#"{ "quantity": 2, "item": "tea" }"#;
+    for body in [ORDER, respelled] {
+        let again = server
+            .post("/shops/north/orders", Some(ALICE), Some("k-1"), body)
+            .await;
+        assert_eq!(again.status, 201);
+        assert!(again.replayed(), "{again:?}");
+        assert_eq!(again.body, first.body, "the exact bytes");
+        assert_eq!(again.header("location"), Some(location.as_str()));
+        assert_eq!(again.header("content-type"), Some("application/json"));
+        assert_eq!(again.header("x-not-allowed"), None, "not allow-listed");
+    }
+    assert_eq!(server.runs(), 1, "replays do not run the handler");
+    assert_eq!(env.orders().await, 1);
+    assert_eq!(
+        env.key_rows().await,
+        [(
+            ALICE.to_string(),
+            "k-1".to_owned(),
+            "completed".to_owned(),
+            Some(201)
+        )]
+    );
+
+    // Another caller's same key is another key.
+    let bob = server
+        .post("/shops/north/orders", Some(BOB), Some("k-1"), ORDER)
+        .await;
+    assert_eq!(bob.status, 201);
+    assert!(!bob.replayed());
+    assert_eq!(server.runs(), 2);
+}
+
+async fn a_different_body_or_path_is_422<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+    let first = server
+        .post("/shops/north/orders", Some(ALICE), Some("k-2"), ORDER)
+        .await;
+    assert_eq!(first.status, 201);
+
+    let other_body = server
+        .post(
+            "/shops/north/orders",
+            Some(ALICE),
+            Some("k-2"),
+            r#"{"item": "tea", "quantity": 3}"#,
+        )
+        .await;
+    other_body.assert_problem(422, "idempotency-key-reused");
+    assert_eq!(other_body.json()["mismatch"], "body");
+
+    let other_path = server
+        .post("/shops/south/orders", Some(ALICE), Some("k-2"), ORDER)
+        .await;
+    other_path.assert_problem(422, "idempotency-key-reused");
+    assert_eq!(other_path.json()["mismatch"], "method_or_path");
+    assert_eq!(server.runs(), 1);
+    assert_eq!(env.orders().await, 1);
+}
+
+async fn concurrent_duplicates_run_the_handler_once<DB: AxumBackend>() {
+    const PARALLEL: usize = 12;
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+    let replies = join_all(
+        (0..PARALLEL).map(|_| server.post("/shops/north/orders", Some(ALICE), Some("same"), ORDER)),
+    )
+    .await;
+
+    let originals: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.status == 201 && !r.replayed())
+        .collect();
+    assert_eq!(originals.len(), 1, "exactly one runs: {replies:#?}");
+    for reply in &replies {
+        if std::ptr::eq(reply, originals[0]) {
+            continue;
+        }
+        if reply.status == 409 {
+            reply.assert_problem(409, "request-in-progress");
+            assert_eq!(reply.header("retry-after"), Some("1"));
+        } else {
+            assert!(reply.replayed(), "{reply:?}");
+            assert_eq!(reply.body, originals[0].body);
+        }
+    }
+    assert_eq!(server.runs(), 1, "one execution");
+    assert_eq!(env.orders().await, 1, "one order row");
+}
+
+async fn a_5xx_rolls_back_the_writes_and_the_key<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+    for attempt in 1..=2 {
+        let reply = server
+            .post("/failing", Some(ALICE), Some("k-5xx"), "\"cake\"")
+            .await;
+        assert_eq!(reply.status, 503);
+        assert_eq!(reply.body, b"try later");
+        assert!(!reply.replayed());
+        assert_eq!(server.runs(), attempt, "a retry runs the handler again");
+    }
+    assert_eq!(env.orders().await, 0, "the write rolled back");
+    assert_eq!(env.keys().await, 0, "the key rolled back");
+}
+
+async fn a_body_over_the_limit_is_413<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem().max_request_bytes(64)).await;
+    let big = format!(r#"{{"item": "{}", "quantity": 1}}"#, "x".repeat(100));
+    let reply = server
+        .post("/shops/north/orders", Some(ALICE), Some("k-big"), &big)
+        .await;
+    reply.assert_problem(413, "request-body-too-large");
+    assert_eq!(server.runs(), 0);
+    assert_eq!(env.keys().await, 0);
+}
+
+async fn extractor_rejections_answer_before_any_claim<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+
+    // The custom FromRequestParts extractor: 401, even without a key.
+    let anonymous = server.post("/shops/north/orders", None, None, ORDER).await;
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.body, b"send X-Account-Id");
+
+    // The last extractor (Json) rejects the body with axum's own answer.
+    let malformed = server
+        .post(
+            "/shops/north/orders",
+            Some(ALICE),
+            Some("k-bad"),
+            r#"{"item": "#,
+        )
+        .await;
+    assert_eq!(malformed.status, 400, "{malformed:?}");
+    let wrong_shape = server
+        .post(
+            "/shops/north/orders",
+            Some(ALICE),
+            Some("k-bad"),
+            r#"{"item": 5}"#,
+        )
+        .await;
+    assert_eq!(wrong_shape.status, 422, "{wrong_shape:?}");
+    assert!(
+        wrong_shape.header("content-type") != Some("application/problem+json"),
+        "axum's rejection, not idem's 422"
+    );
+    assert_eq!(server.runs(), 0);
+    assert_eq!(env.keys().await, 0, "no key row written");
+
+    // With the extractors satisfied, a missing key is idem's 400.
+    let keyless = server
+        .post("/shops/north/orders", Some(ALICE), None, ORDER)
+        .await;
+    keyless.assert_problem(400, "idempotency-key-missing");
+    assert_eq!(env.keys().await, 0);
+}
+
+async fn the_phased_form_replays_its_final_answer<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+    let first = server
+        .post("/phased", Some(ALICE), Some("k-phased"), ORDER)
+        .await;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert!(!first.replayed());
+    let charge = first.json()["charge"].as_str().unwrap().to_owned();
+    assert!(!charge.is_empty());
+
+    let again = server
+        .post("/phased", Some(ALICE), Some("k-phased"), ORDER)
+        .await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(again.body, first.body);
+    assert_eq!(server.runs(), 1, "the phase ran once");
+    assert_eq!(env.orders().await, 1);
+    let (state, recovery_point, _, leased) = DB::key_state(&env.pool, "k-phased").await;
+    assert_eq!(state, "completed");
+    assert_eq!(recovery_point, "order_created");
+    assert!(!leased, "the lease is released");
+}
+
+macro_rules! axum_backend_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<sqlx::Postgres>().await;
+                }
+            )+
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<sqlx::Sqlite>().await;
+                }
+            )+
+        }
+    };
+}
+
+axum_backend_tests!(
+    a_repeat_replays_status_allowed_headers_and_exact_body,
+    a_different_body_or_path_is_422,
+    concurrent_duplicates_run_the_handler_once,
+    a_5xx_rolls_back_the_writes_and_the_key,
+    a_body_over_the_limit_is_413,
+    extractor_rejections_answer_before_any_claim,
+    the_phased_form_replays_its_final_answer,
+);

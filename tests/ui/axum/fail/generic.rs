@@ -1,0 +1,10 @@
+#[idem::axum::idempotent(scope = account)]
+async fn create_order<T: serde::de::DeserializeOwned>(
+    account: axum::Extension<i64>,
+    body: axum::Json<T>,
+) -> String {
+    let _ = body;
+    account.0.to_string()
+}
+
+fn main() {}
