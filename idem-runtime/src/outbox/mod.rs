@@ -11,8 +11,8 @@
 
 use serde::Serialize;
 
-use crate::store::Backend;
 use crate::protocol::tx::Tx;
+use crate::store::Backend;
 
 mod delivery;
 mod message;
