@@ -6,9 +6,9 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ReturnType};
 
-use crate::model::{Expansion, Fallback, Framework, Model, Rejected, Shell, UNNAMED};
-use crate::syntax::Role;
-use crate::validate::KeySpec;
+use crate::model::{Expansion, Fallback, Framework, Model, Rejected, Shell};
+use crate::syntax::{Role, krate_at, local};
+use crate::tokens::{policy_tokens, unnamed_alias};
 
 impl ToTokens for Expansion {
     fn to_tokens(&self, tokens: &mut TokenStream) {
@@ -20,27 +20,6 @@ impl ToTokens for Expansion {
             Self::Rejected(rejected) => rejected.to_tokens(tokens),
         }
     }
-}
-
-/// The locals of the generated handler: mixed-site, so the user's body cannot see them
-/// and they cannot shadow the user's names.
-pub(crate) fn local(name: &str) -> Ident {
-    Ident::new(name, Span::mixed_site())
-}
-
-/// The crate path with every token spanned at `span`, so that a call spanned at the
-/// user's type is wholly the user's: its error is reported at that type alone, not from
-/// the attribute to the type. The path resolves the same from there (it is absolute, or
-/// written by the user).
-pub(crate) fn krate_at(krate: &syn::Path, span: Span) -> TokenStream {
-    krate
-        .to_token_stream()
-        .into_iter()
-        .map(|mut token| {
-            token.set_span(span);
-            token
-        })
-        .collect()
 }
 
 /// The signature actix-web sees: request and raw payload, so idem can read the body once
@@ -60,15 +39,6 @@ fn outer_signature(krate: &syn::Path, shell: &Shell) -> TokenStream {
             #payload: #krate::__private::actix::WebPayload,
         ) -> #krate::__private::actix::HttpResponse #where_clause
     }
-}
-
-/// The alias of the database nothing names, if something names none: one definition,
-/// so its compile error (with both databases enabled) is reported once.
-pub(crate) fn unnamed_alias(shell: &Shell) -> Option<TokenStream> {
-    shell.unnamed.as_ref().map(|ty| {
-        let alias = Ident::new(UNNAMED, Span::mixed_site());
-        quote!(type #alias = #ty;)
-    })
 }
 
 impl ToTokens for Rejected {
@@ -102,43 +72,7 @@ impl ToTokens for Model {
     }
 }
 
-/// The handler's `Policy` static and its registration, named `policy`.
-pub(crate) fn policy_tokens(model: &Model, policy: &Ident) -> TokenStream {
-    let krate = &model.krate;
-    let handler_name = model.shell.inner.sig.ident.to_string();
-    let scope_name = model.scope.name.to_string();
-    let retention_secs = model.retention.as_secs();
-    let with_route = model
-        .route
-        .as_ref()
-        .map(|(method, path)| quote!(.with_route(#method, #path)));
-    let with_lease = model
-        .lease_ms()
-        .map(|lease_ms| quote!(.with_lease(#lease_ms)));
-    let with_key = model.key.as_ref().map(|key| match key {
-        KeySpec::Header(name) => quote!(.with_key(#krate::__private::KeySource::Header(#name))),
-        KeySpec::Json(field) => quote!(.with_key(#krate::__private::KeySource::Json(#field))),
-    });
-    quote! {
-        static #policy: #krate::__private::Policy = #krate::__private::Policy::new(
-            #handler_name,
-            ::core::module_path!(),
-            #scope_name,
-            #retention_secs,
-        )#with_route #with_lease #with_key;
-        #krate::__private::inventory::submit! {
-            #krate::__private::Registration(&#policy)
-        }
-    }
-}
-
 impl Model {
-    /// The lease in milliseconds, as the runtime takes it.
-    pub(crate) fn lease_ms(&self) -> Option<u64> {
-        self.lease
-            .map(|lease| u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
-    }
-
     /// The return type's span, or the name's when the function returns `()`: where "not
     /// a response" is reported.
     pub(crate) fn return_span(&self) -> Span {

@@ -7,9 +7,9 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::Ident;
 use syn::spanned::Spanned;
 
-use crate::expand::{krate_at, local, policy_tokens, unnamed_alias};
 use crate::model::{Fallback, Model, Rejected, Shell};
-use crate::syntax::Role;
+use crate::syntax::{Role, krate_at, local};
+use crate::tokens::{policy_tokens, unnamed_alias};
 
 /// The unit struct and the head of its `Handler` impl, up to the `where` clause's end;
 /// `bounds` are the extractors' (empty for a rejected handler).

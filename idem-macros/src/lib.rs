@@ -16,6 +16,7 @@ mod expand_axum;
 mod model;
 mod parse;
 mod syntax;
+mod tokens;
 mod validate;
 
 /// Makes an actix-web handler idempotent: see the `idem` crate for the guide.

@@ -446,7 +446,7 @@ fn backend(krate: &syn::Path, args: &Args, params: &[Param], unnamed: bool) -> T
 /// features. Spanned from `first` to `last`, so the error underlines the user's whole
 /// type (or the attribute's arguments) and nothing of the generated code.
 fn unnamed_backend(krate: &syn::Path, form: &str, first: Span, last: Span) -> TokenStream {
-    let path = crate::expand::krate_at(krate, first);
+    let path = crate::syntax::krate_at(krate, first);
     let form = Ident::new(form, last);
     let mut call = quote_spanned!(first=> #path::__private::unnamed_backend!);
     call.extend(std::iter::once(proc_macro2::TokenTree::Group({

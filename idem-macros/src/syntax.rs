@@ -1,8 +1,10 @@
 //! What the handler's own syntax says, read with syn: the HTTP method table, the route
-//! attributes of actix-web, the roles of parameters, and the rewrites of their types.
+//! attributes of actix-web, the roles of parameters, the rewrites of their types, and the
+//! spans generated names and paths take.
 //! Nothing here reports errors; `model` decides what is wrong.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::parse::ParseStream;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
@@ -331,4 +333,25 @@ fn set_lifetime(path: &mut TypePath, lifetime: Lifetime, replace: bool) {
         }
         PathArguments::Parenthesized(_) => {}
     }
+}
+
+/// The locals of the generated handler: mixed-site, so the user's body cannot see them
+/// and they cannot shadow the user's names.
+pub(crate) fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// The crate path with every token spanned at `span`, so that a call spanned at the
+/// user's type is wholly the user's: its error is reported at that type alone, not from
+/// the attribute to the type. The path resolves the same from there (it is absolute, or
+/// written by the user).
+pub(crate) fn krate_at(krate: &syn::Path, span: Span) -> TokenStream {
+    krate
+        .to_token_stream()
+        .into_iter()
+        .map(|mut token| {
+            token.set_span(span);
+            token
+        })
+        .collect()
 }
