@@ -4,12 +4,13 @@
 //! The work happens in stages, one module each: `parse` reads the attribute's arguments
 //! keeping every span, `syntax` reads what the handler's own syntax says (route
 //! attributes, parameter roles), `validate` holds the rules for values (durations, safe
-//! methods), `model` checks everything and resolves every fact into a model (collecting
-//! all errors in `errors`), and `expand` turns the model into tokens.
+//! methods), `check` checks everything and resolves every fact into a `model` (collecting
+//! all errors in `errors`), and `expand` (actix-web) or `expand_axum` turns the model into tokens, with what both emit in `tokens`.
 
 use proc_macro::TokenStream;
 use quote::ToTokens;
 
+mod check;
 mod errors;
 mod expand;
 mod expand_axum;
@@ -96,7 +97,7 @@ fn entry(framework: model::Framework, args: TokenStream, item: TokenStream) -> T
     };
     let mut errors = errors::Errors::default();
     let args = parse::parse(args.into(), &mut errors);
-    model::check(framework, args, func, errors)
+    check::check(framework, args, func, errors)
         .into_token_stream()
         .into()
 }

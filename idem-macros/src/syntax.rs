@@ -1,7 +1,7 @@
 //! What the handler's own syntax says, read with syn: the HTTP method table, the route
 //! attributes of actix-web, the roles of parameters, the rewrites of their types, and the
 //! spans generated names and paths take.
-//! Nothing here reports errors; `model` decides what is wrong.
+//! Nothing here reports errors; `check` decides what is wrong.
 
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
