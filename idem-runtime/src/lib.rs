@@ -39,9 +39,10 @@ pub use protocol::webhook::{
     WebhookRejected, WebhookVerifier,
 };
 pub use registry::policies;
-pub use store::{Backend, ChosenBackend, DefaultBackend};
+pub use store::Backend;
 #[cfg(all(feature = "postgres", feature = "sqlite"))]
-pub use store::{BothBackendsEnabled, NameTheDatabase};
+pub use store::choice::{BothBackendsEnabled, NameTheDatabase};
+pub use store::choice::{ChosenBackend, DefaultBackend};
 
 /// The operator's side: the expiry sweep, idem's schema, the views of the key table, and
 /// the repair of keys whose operation never finished.

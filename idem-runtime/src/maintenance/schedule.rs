@@ -8,7 +8,8 @@ use std::sync::{Arc, Weak};
 use super::report::ExpiryStats;
 use super::sweep::Expiry;
 use super::task::{OnPanic, TaskHandle, stopped};
-use crate::store::{Backend, DefaultBackend};
+use crate::store::Backend;
+use crate::store::choice::DefaultBackend;
 
 impl<DB: Backend> Expiry<DB> {
     /// Sweeps every [`interval`](Self::interval) until `shutdown` completes or the pool

@@ -7,7 +7,7 @@ use sqlx::Pool;
 use sqlx::migrate::{MigrateError, Migrator};
 
 #[cfg(test)]
-use crate::store::AnyBackend as DefaultBackend;
+use crate::store::choice::AnyBackend as DefaultBackend;
 use crate::store::{Backend, MIGRATIONS_TABLE, migrator};
 
 /// Creates or upgrades idem's tables (`idem_keys`, `idem_phases`, `idem_outbox`) on

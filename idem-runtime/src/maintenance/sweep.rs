@@ -14,7 +14,8 @@ use sqlx::Pool;
 
 use super::batches::{self, Ended, Pace};
 use super::report::{ExpiryStats, SweepError, SweepReport};
-use crate::store::{Backend, DefaultBackend};
+use crate::store::Backend;
+use crate::store::choice::DefaultBackend;
 
 /// The target of this module's events, as it was before the module moved: filters
 /// and subscribers name it (README, "Expiry and operator tooling").
@@ -50,7 +51,7 @@ const TRACE_TARGET: &str = "idem_runtime::expiry";
 /// handle.stop().await;
 /// # }
 /// ```
-pub struct Expiry<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
+pub struct Expiry<DB: crate::store::choice::ChosenBackend<'static> = DefaultBackend> {
     pub(super) pool: Pool<DB>,
     pub(super) interval: Duration,
     batch_size: u32,
@@ -90,7 +91,7 @@ impl<DB: Backend> fmt::Debug for Expiry<DB> {
 // The defaults are on `Expiry` of one backend so that `Expiry::DEFAULT_*` needs no type
 // annotation; they hold for every backend. Not the default backend: with both databases
 // enabled that is none.
-impl Expiry<crate::store::AnyBackend> {
+impl Expiry<crate::store::choice::AnyBackend> {
     /// Rows per batch unless [`batch_size`](Self::batch_size) says otherwise. A batch of
     /// 100 is a few milliseconds of one backend's work, short enough that live requests
     /// arriving meanwhile barely wait: with batches of 1000 (20 ms apart) live p99 rose

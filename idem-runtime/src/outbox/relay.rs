@@ -9,7 +9,8 @@ use tokio::sync::watch;
 
 use super::message::Message;
 use crate::maintenance::{OnPanic, TaskHandle};
-use crate::store::{Backend, DefaultBackend};
+use crate::store::Backend;
+use crate::store::choice::DefaultBackend;
 
 /// How often a running relay deletes messages delivered longer ago than
 /// [`Relay::keep_delivered`].
@@ -65,7 +66,7 @@ const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// marking the message delivered has it delivered again, and a relay stalled for longer
 /// than the timeout (a paused process, a database it cannot reach) may find the message
 /// delivered elsewhere while its own handler still runs. Consumers deduplicate by the id.
-pub struct Relay<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
+pub struct Relay<DB: crate::store::choice::ChosenBackend<'static> = DefaultBackend> {
     pub(super) pool: Pool<DB>,
     pub(super) batch_size: u32,
     pub(super) poll_interval: Duration,

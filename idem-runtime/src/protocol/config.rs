@@ -9,7 +9,8 @@ use http::header::{self, HeaderName};
 use sqlx::Pool;
 
 use crate::protocol::in_flight::InFlight;
-use crate::store::{Backend, DefaultBackend};
+use crate::store::Backend;
+use crate::store::choice::DefaultBackend;
 
 /// idem's configuration, registered once with the web framework (actix-web:
 /// `App::app_data(idem)`).
@@ -31,7 +32,7 @@ use crate::store::{Backend, DefaultBackend};
 /// assert_eq!(idem.settings().claim_wait(), Duration::from_millis(500));
 /// # }
 /// ```
-pub struct Idem<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
+pub struct Idem<DB: crate::store::choice::ChosenBackend<'static> = DefaultBackend> {
     pool: Pool<DB>,
     settings: Arc<Settings>,
     /// How the store opens a request's transaction with this `claim_wait`.

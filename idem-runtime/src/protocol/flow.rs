@@ -205,7 +205,7 @@ mod tests {
     /// The database refused the COMMIT: rolled back. Its answer was lost: unknown.
     #[test]
     fn a_failed_commit_says_what_is_known_of_its_outcome() {
-        use crate::store::AnyBackend as DefaultBackend;
+        use crate::store::choice::AnyBackend as DefaultBackend;
 
         let detail = |problem: Problem| {
             let value: serde_json::Value =

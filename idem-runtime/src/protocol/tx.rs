@@ -3,7 +3,8 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use crate::store::{Backend, ChosenBackend, DefaultBackend};
+use crate::store::Backend;
+use crate::store::choice::{ChosenBackend, DefaultBackend};
 
 /// The database transaction idem opened for this request, handed to the handler.
 ///

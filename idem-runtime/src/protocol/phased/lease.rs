@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::{Attempt, PhaseError, PhaseErrorKind};
 use crate::protocol::config::Idem;
-use crate::store::{Backend, DefaultBackend};
+use crate::store::Backend;
+use crate::store::choice::DefaultBackend;
 
 /// Extends the lease of a phased attempt; from [`Phases::lease`](super::Phases::lease).
 ///
@@ -23,7 +24,7 @@ use crate::store::{Backend, DefaultBackend};
 /// # Ok(())
 /// # }
 /// ```
-pub struct Lease<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
+pub struct Lease<DB: crate::store::choice::ChosenBackend<'static> = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
 }

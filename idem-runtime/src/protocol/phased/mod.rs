@@ -19,7 +19,8 @@ use tracing::Instrument;
 
 use crate::protocol::config::Idem;
 use crate::protocol::tx::Tx;
-use crate::store::{AttemptRef, AttemptRow, Backend, DefaultBackend, PhaseRecord};
+use crate::store::choice::DefaultBackend;
+use crate::store::{AttemptRef, AttemptRow, Backend, PhaseRecord};
 
 mod derived;
 mod driver;
@@ -99,7 +100,7 @@ pub const MAX_PHASE_NAME_LEN: usize = 200;
 /// Code outside phases runs again on every attempt, including takeovers: keep it to
 /// computing the response from the phases' outputs. Side effects belong in phases, and
 /// calls to other services take a [`derived_key`](Self::derived_key).
-pub struct Phases<DB: crate::store::ChosenBackend<'static> = DefaultBackend> {
+pub struct Phases<DB: crate::store::choice::ChosenBackend<'static> = DefaultBackend> {
     idem: Idem<DB>,
     attempt: Arc<Attempt>,
     /// Outputs of the phases committed before this attempt, by name.

@@ -1,0 +1,503 @@
+//! Checks the arguments against the handler and resolves the facts of its model.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Type, Visibility};
+
+use crate::errors::Errors;
+use crate::model::{Expansion, Fallback, Framework, Model, Param, Rejected, Scope, Shell, UNNAMED};
+use crate::parse::{Arg, Args};
+use crate::syntax::{self, AttrKind, Role};
+use crate::validate;
+
+/// Checks everything, reporting every independent problem together. Errors point at
+/// the tokens of the function as written.
+pub(crate) fn check(
+    framework: Framework,
+    args: Args,
+    func: ItemFn,
+    mut errors: Errors,
+) -> Expansion {
+    let krate = match &args.krate {
+        Arg::Given(path) => path.clone(),
+        Arg::Absent | Arg::Unreadable => syn::parse_quote!(::idem),
+    };
+    if func.sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            func.sig.fn_token.span,
+            "`#[idempotent]` handlers must be `async fn`: write `async fn`",
+        ));
+    }
+    let attrs = attributes(framework, &func, &mut errors);
+    let params = params(&func, &mut errors);
+    if framework == Framework::Axum {
+        axum_rules(&func, &params.params, &mut errors);
+    }
+    let scope = scope(&args, &func, &mut errors);
+    // `None` when the retention is unreadable, so the lease is not compared with it.
+    let retention = match &args.retention {
+        Arg::Given(lit) => validate::retention(lit)
+            .map_err(|error| errors.push(error))
+            .ok(),
+        Arg::Absent => Some(validate::MIN_RETENTION),
+        Arg::Unreadable => None,
+    };
+    let lease = lease(&args, params.phases.as_ref(), retention, &mut errors);
+    let key = args
+        .key
+        .given()
+        .and_then(|key| validate::key(key).map_err(|error| errors.push(error)).ok());
+    if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
+        errors.push(phases_with_tx(phases, tx));
+    }
+    if let (Arg::Given(backend), Some(param)) =
+        (&args.backend, params.tx.as_ref().or(params.phases.as_ref()))
+    {
+        errors.push(backend_beside_param(backend, param));
+    }
+
+    // The first parameter that names no database decides the message; a handler with
+    // neither kind of parameter and no `backend = ..` names none either.
+    let unnamed = match params.params.iter().find(|p| p.role != Role::Extractor) {
+        Some(param) if !syntax::names_backend(&param.ty) => {
+            let form = if param.role == Role::Tx {
+                "Tx"
+            } else {
+                "Phases"
+            };
+            let (first, last) = syntax::first_and_last(&param.ty);
+            Some(unnamed_backend(&krate, form, first, last))
+        }
+        Some(_) => None,
+        None => match args.backend {
+            Arg::Absent => Some(unnamed_backend(&krate, "handler", args.span, args.end)),
+            // Unreadable: the list's error is reported, and whether it named a backend
+            // is unknown.
+            Arg::Given(_) | Arg::Unreadable => None,
+        },
+    };
+    let shell = {
+        let mut inner = func.clone();
+        syntax::normalize_params(&mut inner, |ty| {
+            let span = ty.span().resolved_at(Span::mixed_site());
+            Type::Verbatim(Ident::new(UNNAMED, span).into_token_stream())
+        });
+        inner.attrs = attrs.inner;
+        inner.vis = Visibility::Inherited;
+        Shell {
+            attrs: attrs.outer,
+            vis: func.vis.clone(),
+            inner,
+            unnamed: unnamed.clone(),
+        }
+    };
+    let error = errors.finish();
+    match (scope, error) {
+        (Some(scope), None) => Expansion::Handler(Model {
+            framework,
+            backend: backend(&krate, &args, &params.params, unnamed.is_some()),
+            krate,
+            shell,
+            params: params.params,
+            scope,
+            retention: retention.unwrap_or(validate::MIN_RETENTION),
+            lease,
+            key,
+            route: attrs.route,
+        }),
+        (_, error) => {
+            // Every path that leaves the scope unresolved reports why; the default only
+            // keeps a missed one from passing silently.
+            let error = error.unwrap_or_else(|| syn::Error::new(args.span, "`scope` is required"));
+            let fallback = if params.has_receiver {
+                Fallback::AsWritten(func)
+            } else {
+                Fallback::Nested(shell)
+            };
+            Expansion::Rejected(Rejected {
+                framework,
+                krate,
+                error,
+                fallback,
+            })
+        }
+    }
+}
+
+/// The function's attributes, sorted by the function they belong on.
+struct Attrs {
+    outer: Vec<Attribute>,
+    inner: Vec<Attribute>,
+    route: Option<(String, LitStr)>,
+}
+
+fn attributes(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Attrs {
+    let mut attrs = Attrs {
+        outer: Vec::new(),
+        inner: Vec::new(),
+        route: None,
+    };
+    let mut routes = Vec::new();
+    for attr in &func.attrs {
+        match syntax::classify(attr) {
+            // axum has no route attributes: an actix-web one here would register the
+            // handler with actix-web, which an axum handler is not.
+            AttrKind::Route(_) if framework == Framework::Axum => {
+                errors.push(axum_route_attribute(attr, &func.sig.ident));
+            }
+            AttrKind::Route(route) => {
+                routes.extend(route.methods.into_iter().map(|m| (m, route.path.clone())));
+                attrs.outer.push(attr.clone());
+            }
+            // Dropped from both functions, so that it does not expand a second time.
+            AttrKind::Idempotent => errors.push(syn::Error::new_spanned(
+                attr,
+                format!(
+                    "`#[idempotent]` is written twice on `{}`: remove this one",
+                    func.sig.ident
+                ),
+            )),
+            AttrKind::Lint => {
+                attrs.outer.push(attr.clone());
+                attrs.inner.push(attr.clone());
+            }
+            AttrKind::Outer => attrs.outer.push(attr.clone()),
+            AttrKind::Inner => attrs.inner.push(attr.clone()),
+        }
+    }
+    let several = routes.len() > 1;
+    for (method, _) in routes.iter().filter(|(method, _)| method.safe) {
+        errors.push(validate::safe_method(method, several));
+    }
+    if let [(method, Some(path))] = routes.as_slice() {
+        attrs.route = Some((method.name.clone(), path.clone()));
+    }
+    attrs
+}
+
+/// The parameters, with the transaction and phases parameters if any.
+struct Params {
+    params: Vec<Param>,
+    tx: Option<Named>,
+    phases: Option<Named>,
+    has_receiver: bool,
+}
+
+/// A parameter's name and its tokens, for messages about it.
+struct Named {
+    name: String,
+    tokens: TokenStream,
+}
+
+fn params(func: &ItemFn, errors: &mut Errors) -> Params {
+    let mut params = Params {
+        params: Vec::new(),
+        tx: None,
+        phases: None,
+        has_receiver: false,
+    };
+    for input in &func.sig.inputs {
+        let arg = match input {
+            FnArg::Receiver(receiver) => {
+                errors.push(syn::Error::new_spanned(
+                    receiver,
+                    "`#[idempotent]` handlers are free functions: remove the `self` parameter",
+                ));
+                params.has_receiver = true;
+                continue;
+            }
+            FnArg::Typed(arg) => arg,
+        };
+        let role = Role::of(&arg.ty);
+        let named = Named {
+            name: syntax::binding(&arg.pat).map_or_else(|| "_".to_owned(), Ident::to_string),
+            tokens: quote!(#arg),
+        };
+        if let Some(borrowed) = Role::of_borrowed(&arg.ty) {
+            let ty = borrowed.type_name();
+            errors.push(syn::Error::new_spanned(
+                &arg.ty,
+                format!(
+                    "take `idem::{ty}` by value: write `{}: idem::{ty}`",
+                    named.name
+                ),
+            ));
+            // Still the phased form's parameter, for the checks of `lease`.
+            if borrowed == Role::Phases && params.phases.is_none() {
+                params.phases = Some(named);
+            }
+        } else {
+            let (slot, what) = match role {
+                Role::Tx => (&mut params.tx, "transaction parameter"),
+                Role::Phases => (&mut params.phases, "phases parameter"),
+                Role::Extractor => (&mut None, ""),
+            };
+            match (role, &*slot) {
+                (Role::Extractor, _) => {}
+                (_, None) => *slot = Some(named),
+                (_, Some(first)) => {
+                    let does = if role == Role::Tx {
+                        "already receives it"
+                    } else {
+                        "already runs the phases"
+                    };
+                    errors.push(syn::Error::new_spanned(
+                        arg,
+                        format!(
+                            "only one {what} is allowed: `{}` {does}; remove this one",
+                            first.name
+                        ),
+                    ));
+                }
+            }
+        }
+        params.params.push(Param {
+            ty: (*arg.ty).clone(),
+            role,
+        });
+    }
+    params
+}
+
+/// The scope parameter, or `None` after reporting why there is none.
+fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
+    let name = match &args.scope {
+        Arg::Given(name) => name,
+        // Its value was unreadable, and that was reported.
+        Arg::Unreadable => return None,
+        Arg::Absent => {
+            errors.push(syn::Error::new(
+                args.span,
+                "`scope` is required: name the parameter that identifies the caller, \
+                 e.g. `scope = account`",
+            ));
+            return None;
+        }
+    };
+    let mut names = Vec::new();
+    for (index, input) in func.sig.inputs.iter().enumerate() {
+        let FnArg::Typed(arg) = input else { continue };
+        let Some(ident) = syntax::binding(&arg.pat) else {
+            continue;
+        };
+        let role = Role::of(&arg.ty);
+        if ident == name {
+            let what = match role {
+                Role::Extractor => {
+                    return Some(Scope {
+                        index,
+                        name: ident.clone(),
+                    });
+                }
+                Role::Tx => "the transaction",
+                Role::Phases => "the phases",
+            };
+            errors.push(syn::Error::new(
+                name.span(),
+                format!(
+                    "`{name}` is {what}, which cannot identify the caller: name the parameter \
+                     that does, e.g. `scope = account`"
+                ),
+            ));
+            return None;
+        }
+        if role == Role::Extractor {
+            names.push(format!("`{ident}`"));
+        }
+    }
+    let hint = if names.is_empty() {
+        "add a parameter that identifies the caller".to_owned()
+    } else {
+        format!("the parameters are {}", names.join(", "))
+    };
+    errors.push(syn::Error::new(
+        name.span(),
+        format!(
+            "`scope = {name}` names no parameter of `{}`: {hint}",
+            func.sig.ident
+        ),
+    ));
+    None
+}
+
+/// The backend's type: the transaction's or the phases' type parameter, or `backend = ..`
+/// when the handler has neither. Spanned at the type that names it, so an unsupported
+/// database is reported there. Where nothing names one (`unnamed`), the alias
+/// [`UNNAMED`].
+fn backend(krate: &syn::Path, args: &Args, params: &[Param], unnamed: bool) -> TokenStream {
+    if unnamed {
+        let alias = Ident::new(UNNAMED, Span::mixed_site());
+        return quote!(#alias);
+    }
+    match params.iter().find(|p| p.role != Role::Extractor) {
+        Some(param) if param.role == Role::Tx => {
+            let ty = syntax::tx_type_static(&param.ty);
+            quote_spanned!(param.ty.span()=> <#ty as #krate::__private::TxBackend>::Backend)
+        }
+        Some(param) => {
+            let ty = &param.ty;
+            quote_spanned!(ty.span()=> <#ty as #krate::__private::PhasesBackend>::Backend)
+        }
+        None => match &args.backend {
+            Arg::Given(ty) => quote!(#ty),
+            // Not reached: without `backend`, `unnamed` is set.
+            Arg::Absent | Arg::Unreadable => quote!(#krate::DefaultBackend),
+        },
+    }
+}
+
+/// The database of a `Tx` or `Phases` that names none, or of a handler that takes
+/// neither (`form` says which): `DefaultBackend` while one database is enabled, else a
+/// compile error saying to name one. The runtime's macro decides, as only it knows its
+/// features. Spanned from `first` to `last`, so the error underlines the user's whole
+/// type (or the attribute's arguments) and nothing of the generated code.
+fn unnamed_backend(krate: &syn::Path, form: &str, first: Span, last: Span) -> TokenStream {
+    let path = crate::syntax::krate_at(krate, first);
+    let form = Ident::new(form, last);
+    let mut call = quote_spanned!(first=> #path::__private::unnamed_backend!);
+    call.extend(std::iter::once(proc_macro2::TokenTree::Group({
+        let mut group = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#form));
+        group.set_span(last);
+        group
+    })));
+    call
+}
+
+/// Points at `backend = ..` beside a `Tx` or `Phases`: the parameter's type names the
+/// database, and two places naming it could disagree.
+fn backend_beside_param(backend: &Type, param: &Named) -> syn::Error {
+    syn::Error::new_spanned(
+        backend,
+        format!(
+            "`backend` names the database of a handler without `idem::Tx` or \
+             `idem::Phases`; this one's is the type parameter of `{}`: remove `backend` \
+             and write e.g. `idem::Tx<'_, sqlx::Sqlite>`",
+            param.name
+        ),
+    )
+}
+
+/// Points at the `Tx` parameter: beside phases, it is the one that cannot work.
+fn phases_with_tx(phases: &Named, tx: &Named) -> syn::Error {
+    syn::Error::new_spanned(
+        &tx.tokens,
+        format!(
+            "a phased handler has no single transaction: each phase runs in its own; remove \
+             `{}` and write through the phase's, e.g. `{}.run(\"created\", async |mut tx| ..)`",
+            tx.name, phases.name
+        ),
+    )
+}
+
+/// The phased form's `lease`: required with a phases parameter, refused without one, at
+/// least a second and at most the retention (when that could be read).
+fn lease(
+    args: &Args,
+    phases: Option<&Named>,
+    retention: Option<Duration>,
+    errors: &mut Errors,
+) -> Option<Duration> {
+    let result = match (&args.lease, phases) {
+        (Arg::Given(lit), Some(_)) => {
+            let retention = retention.map(|value| (value, args.retention.given()));
+            validate::lease(lit, retention)
+        }
+        (Arg::Given(lit), None) => Err(syn::Error::new(
+            lit.span(),
+            "`lease` belongs to the phased form: add a parameter `phases: idem::Phases` \
+             and run each step with `phases.run(..)`, or remove `lease`",
+        )),
+        (Arg::Absent, Some(phases)) => Err(syn::Error::new(
+            args.span,
+            format!(
+                "`{}: idem::Phases` needs a lease: add e.g. `lease = \"30s\"`, longer than \
+                 the handler's longest phase; a retry takes over once it runs out",
+                phases.name
+            ),
+        )),
+        (Arg::Absent, None) | (Arg::Unreadable, _) => return None,
+    };
+    result.map_err(|error| errors.push(error)).ok()
+}
+
+/// A route attribute on an axum handler, which axum registers on its `Router`.
+fn axum_route_attribute(attr: &Attribute, name: &Ident) -> syn::Error {
+    let method = attr
+        .path()
+        .segments
+        .last()
+        .map_or_else(String::new, |segment| segment.ident.to_string());
+    let registered = match method.as_str() {
+        "route" | "routes" => format!("`axum::routing::post({name})`"),
+        _ => format!("`axum::routing::{method}({name})`"),
+    };
+    syn::Error::new_spanned(
+        attr,
+        format!(
+            "`#[{method}]` is an actix-web route attribute, and this is an axum handler \
+             (`#[idem::axum::idempotent]`): remove it and register {registered} with \
+             `Router::route`"
+        ),
+    )
+}
+
+/// The extractors that read the request's body, by the last segment of their path: axum
+/// runs them only as a handler's last extractor (`FromRequest`), and the others through
+/// `FromRequestParts`. Others are reported by the compiler, at the router.
+const BODY_EXTRACTORS: [&str; 9] = [
+    "Json",
+    "Form",
+    "String",
+    "Bytes",
+    "Body",
+    "Request",
+    "RawForm",
+    "Multipart",
+    "SignedWebhook",
+];
+
+/// What axum requires of a handler that the generated one cannot offer: generics (the
+/// handler is a unit struct) and a body extractor before the last extractor.
+fn axum_rules(func: &ItemFn, params: &[Param], errors: &mut Errors) {
+    let generics = &func.sig.generics;
+    if !generics.params.is_empty() || generics.where_clause.is_some() {
+        errors.push(syn::Error::new_spanned(
+            generics,
+            format!(
+                "an axum handler made idempotent is a value registered on the router, so it \
+                 cannot be generic: remove the generics of `{}` and name concrete types",
+                func.sig.ident
+            ),
+        ));
+    }
+    let extractors: Vec<&Param> = params
+        .iter()
+        .filter(|param| param.role == Role::Extractor)
+        .collect();
+    let Some((last, before)) = extractors.split_last() else {
+        return;
+    };
+    for param in before {
+        let Type::Path(path) = &param.ty else {
+            continue;
+        };
+        let Some(segment) = path.path.segments.last() else {
+            continue;
+        };
+        if BODY_EXTRACTORS.iter().any(|name| segment.ident == name) {
+            let last_ty = &last.ty;
+            errors.push(syn::Error::new_spanned(
+                &param.ty,
+                format!(
+                    "`{}` reads the request body, which axum hands only to the last extractor: \
+                     move this parameter after `{}`",
+                    segment.ident,
+                    quote!(#last_ty).to_string().replace(' ', "")
+                ),
+            ));
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Which database a bare `idem::Tx`, `Phases`, `Idem`, `Relay` or `Expiry` names: the one
+//! enabled, or, with both `postgres` and `sqlite` on, none, which is a compile error that
+//! says to name one. Read by the types' declarations and the macro's output, never by
+//! the store's SQL.
+
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+use std::time::Duration;
+
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+use sqlx::{Pool, Transaction};
+
+use super::Backend;
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+use super::inbox::InboxStore;
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+use super::sealed::Sealed;
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+use super::{
+    Claim, ClaimRequest, Completion, MaintenanceStore, OutboxStore, PhaseStore, StoredResponse,
+};
+
+/// The backend a bare `idem::Tx`, `idem::Phases`, `idem::Idem`, `Relay` or `Expiry`
+/// names: the one database enabled. With both `postgres` and `sqlite` on it is
+/// [`BothBackendsEnabled`], which is no database, so a bare name does not compile and
+/// must name its database (`idem::Tx<'_, sqlx::Sqlite>`).
+///
+/// A bare name never picks one of two enabled databases: features are unified across
+/// the dependency graph, so a crate that turns on `idem/postgres` in a SQLite
+/// application would otherwise change what the application's `Tx` means.
+#[cfg(all(feature = "postgres", not(feature = "sqlite")))]
+pub type DefaultBackend = sqlx::Postgres;
+
+/// The backend a bare `idem::Tx`, `idem::Phases`, `idem::Idem`, `Relay` or `Expiry`
+/// names: the one database enabled. With both `postgres` and `sqlite` on it is
+/// [`BothBackendsEnabled`], which is no database, so a bare name does not compile and
+/// must name its database (`idem::Tx<'_, sqlx::Sqlite>`).
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+pub type DefaultBackend = sqlx::Sqlite;
+
+/// The backend a bare `idem::Tx`, `idem::Phases`, `idem::Idem`, `Relay` or `Expiry`
+/// names: with both `postgres` and `sqlite` on, [`BothBackendsEnabled`], which is no
+/// database, so a bare name does not compile and must name its database
+/// (`idem::Tx<'_, sqlx::Sqlite>` or `idem::Tx<'_, sqlx::Postgres>`).
+///
+/// A bare name never picks one of two enabled databases: features are unified across
+/// the dependency graph, so a crate that turns on `idem/postgres` in a SQLite
+/// application would otherwise change what the application's `Tx` means.
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+pub type DefaultBackend = BothBackendsEnabled;
+
+// What `#[idempotent]` writes for a transaction or phases parameter that names no
+// database, and for a handler with neither (`handler`): `DefaultBackend` while one
+// database is enabled. With both, a compile error at the tokens the macro spans it at
+// (the user's type, or the attribute). The macro cannot decide this itself: only this
+// crate knows which of its features are on.
+#[cfg(not(all(feature = "postgres", feature = "sqlite")))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_unnamed_backend {
+    ($($form:tt)*) => {
+        $crate::DefaultBackend
+    };
+}
+
+// The error sits in an array length, not in type position, where `compile_error!` would
+// stand for `()` and every use of the handler's backend would add "`()` is not a
+// database": an erroneous length makes the whole type erroneous, and rustc reports
+// nothing more about it.
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_unnamed_backend {
+    (Tx) => {
+        $crate::__idem_unnamed_backend!(@error
+            "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` names no database: \
+             write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one")
+    };
+    (Phases) => {
+        $crate::__idem_unnamed_backend!(@error
+            "both `postgres` and `sqlite` are enabled, so a bare `idem::Phases` names no \
+             database: write `idem::Phases<sqlx::Sqlite>` (or `sqlx::Postgres`), or enable \
+             only one")
+    };
+    (handler) => {
+        $crate::__idem_unnamed_backend!(@error
+            "both `postgres` and `sqlite` are enabled, and this handler takes no `idem::Tx` \
+             or `idem::Phases` to name its database: add `backend = sqlx::Sqlite` (or \
+             `sqlx::Postgres`), or enable only one")
+    };
+    (@error $message:literal) => {
+        <[(); { ::core::compile_error!($message); 0 }] as $crate::__private::Unnamed>::Backend
+    };
+}
+
+/// A database this build has, for what holds for every backend but must name one: the
+/// constants `Expiry::DEFAULT_*` (so they need no type annotation) and unit tests.
+#[cfg(feature = "postgres")]
+pub(crate) type AnyBackend = sqlx::Postgres;
+
+/// A database this build has, for what holds for every backend but must name one.
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+pub(crate) type AnyBackend = sqlx::Sqlite;
+
+/// What [`DefaultBackend`] is with both `postgres` and `sqlite` enabled: no database. A
+/// type that names it (a bare `idem::Tx`) fails to compile with a message that says to
+/// name the database.
+///
+/// It has no values, and its [`Backend`] implementation requires
+/// [`NameTheDatabase`], which nothing implements: it exists so that the error names
+/// the cause instead of "not a database".
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+pub struct BothBackendsEnabled<T = ()>(std::convert::Infallible, std::marker::PhantomData<T>);
+
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+impl<T> std::fmt::Debug for BothBackendsEnabled<T> {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {}
+    }
+}
+
+/// The requirement that makes a bare `idem::Tx` fail when both databases are enabled:
+/// [`BothBackendsEnabled`] is a [`Backend`] only where it implements this trait, and
+/// nothing does (its supertraits are sealed). Its message is the error the user sees.
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+#[diagnostic::on_unimplemented(
+    message = "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` (or `Phases`, `Idem`, `Relay`, `Expiry`) names no database: write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one",
+    label = "names no database",
+    note = "a bare name would mean whichever database features happen to be enabled across the dependency graph, so idem makes it name one"
+)]
+pub trait NameTheDatabase:
+    sqlx::Database + Sealed + PhaseStore + OutboxStore + MaintenanceStore + InboxStore
+{
+}
+
+/// The bound of the types that default to [`DefaultBackend`] (`Tx`, `Phases`, `Idem`,
+/// `Relay`, `Expiry`, `Lease`): every [`Backend`] implements it.
+///
+/// The lifetime is there for the compiler alone: a bound that names a lifetime is not
+/// checked against the type's default where the type is declared, only where a bare
+/// name is used, which is where the error about [`BothBackendsEnabled`] belongs.
+pub trait ChosenBackend<'a>: Backend {}
+
+impl<DB: Backend> ChosenBackend<'_> for DB {}
+
+// No method here runs: `BothBackendsEnabled` has no values and `NameTheDatabase` no
+// implementations, so no caller can name this implementation. It exists so that the
+// failing requirement, and so the message, is `NameTheDatabase`'s.
+#[cfg(all(feature = "postgres", feature = "sqlite"))]
+impl<T> Backend for BothBackendsEnabled<T>
+where
+    Self: NameTheDatabase,
+{
+    type Opening = ();
+
+    fn opening(_: Duration) -> Self::Opening {}
+
+    async fn begin(_: &Pool<Self>, (): &()) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        unreachable!("BothBackendsEnabled is no database")
+    }
+
+    async fn claim(_: &mut Self::Connection, _: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
+        unreachable!("BothBackendsEnabled is no database")
+    }
+
+    async fn complete(
+        _: &mut Self::Connection,
+        _: &ClaimRequest<'_>,
+        _: &StoredResponse<'_>,
+    ) -> Result<Completion, sqlx::Error> {
+        unreachable!("BothBackendsEnabled is no database")
+    }
+
+    fn is_lock_timeout(_: &sqlx::Error) -> bool {
+        unreachable!("BothBackendsEnabled is no database")
+    }
+
+    fn is_aborted_transaction(_: &sqlx::Error) -> bool {
+        unreachable!("BothBackendsEnabled is no database")
+    }
+}
