@@ -2,13 +2,13 @@
 //! reads the user's syntax again.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{ToTokens, format_ident, quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ReturnType};
 
 use crate::model::{Expansion, Fallback, Framework, Model, Rejected, Shell};
-use crate::syntax::{Role, krate_at, local};
-use crate::tokens::{policy_tokens, unnamed_alias};
+use crate::syntax::{krate_at, local};
+use crate::tokens::{Params, param_tokens, policy_tokens, run_tokens, unnamed_alias};
 
 impl ToTokens for Expansion {
     fn to_tokens(&self, tokens: &mut TokenStream) {
@@ -100,41 +100,15 @@ impl Model {
         let lease_ms = self.lease_ms();
         let policy_items = policy_tokens(self, &policy);
 
-        let mut extractions = Vec::new();
-        let mut call_args = Vec::new();
-        let mut scope_value = None;
-        for (index, param) in self.params.iter().enumerate() {
-            match param.role {
-                Role::Tx => {
-                    call_args.push(quote!(#tx));
-                    continue;
-                }
-                Role::Phases => {
-                    call_args.push(quote!(#phases));
-                    continue;
-                }
-                Role::Extractor => {}
-            }
-            let arg = format_ident!("__idem_arg{}", index, span = Span::mixed_site());
-            let ty = &param.ty;
-            // Spanned at the parameter's type, so "not an extractor" points there.
-            let at_ty = krate_at(krate, ty.span());
-            let extract = quote_spanned! {ty.span()=>
+        let Params {
+            extractions,
+            call_args,
+            scope_value,
+        } = param_tokens(self, &tx, &phases, |_, ty, at_ty| {
+            quote_spanned! {ty.span()=>
                 #at_ty::__private::actix::extract::<#ty>(#prepared.request(), &mut #body).await
-            };
-            extractions.push(quote! {
-                let #arg: #ty = match #extract {
-                    ::core::result::Result::Ok(value) => value,
-                    ::core::result::Result::Err(response) => return response,
-                };
-            });
-            if index == self.scope.index {
-                scope_value = Some(quote_spanned! {ty.span()=>
-                    #at_ty::__private::scope_key::<#ty>(&#arg)
-                });
             }
-            call_args.push(quote!(#arg));
-        }
+        });
 
         // Spanned at the return type, so "not a Responder" points at what the user wrote.
         let ret_span = self.return_span();
@@ -144,28 +118,10 @@ impl Model {
         let respond = quote_spanned! {ret_span=>
             #at_ret::__private::actix::respond(#value_at_return, &#request)
         };
-        let run = match lease_ms {
-            None => quote! {
-                #prepared
-                    .run(&#scope, async move |#tx| {
-                        let #value = #name(#(#call_args),*).await;
-                        #respond
-                    })
-                    .await
-            },
-            Some(lease_ms) => quote! {
-                #prepared
-                    .run_phased(
-                        &#scope,
-                        ::core::time::Duration::from_millis(#lease_ms),
-                        async move |#phases| {
-                            let #value = #name(#(#call_args),*).await;
-                            #respond
-                        },
-                    )
-                    .await
-            },
-        };
+        let call = quote!(#name(#(#call_args),*));
+        let run = run_tokens(
+            lease_ms, &prepared, &scope, &tx, &phases, &value, &call, &respond,
+        );
 
         let unnamed = unnamed_alias(&self.shell);
         tokens.extend(quote! {

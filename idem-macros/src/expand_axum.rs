@@ -3,13 +3,13 @@
 //! handlers are generic over the state. The user's function is nested in `call`.
 
 use proc_macro2::TokenStream;
-use quote::{ToTokens, format_ident, quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::Ident;
 use syn::spanned::Spanned;
 
 use crate::model::{Fallback, Model, Rejected, Shell};
 use crate::syntax::{Role, krate_at, local};
-use crate::tokens::{policy_tokens, unnamed_alias};
+use crate::tokens::{Params, param_tokens, policy_tokens, run_tokens, unnamed_alias};
 
 /// The unit struct and the head of its `Handler` impl, up to the `where` clause's end;
 /// `bounds` are the extractors' (empty for a rejected handler).
@@ -95,29 +95,12 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
         .iter()
         .rposition(|param| param.role == Role::Extractor);
     let mut bounds = Vec::new();
-    let mut extractions = Vec::new();
-    let mut call_args = Vec::new();
-    let mut scope_value = None;
-    for (index, param) in model.params.iter().enumerate() {
-        match param.role {
-            Role::Tx => {
-                call_args.push(quote!(#tx));
-                continue;
-            }
-            Role::Phases => {
-                call_args.push(quote!(#phases));
-                continue;
-            }
-            Role::Extractor => {}
-        }
-        let arg = format_ident!(
-            "__idem_arg{}",
-            index,
-            span = proc_macro2::Span::mixed_site()
-        );
-        let ty = &param.ty;
-        let at_ty = krate_at(krate, ty.span());
-        let extract = if Some(index) == last {
+    let Params {
+        extractions,
+        call_args,
+        scope_value,
+    } = param_tokens(model, &tx, &phases, |index, ty, at_ty| {
+        if Some(index) == last {
             bounds.push(quote_spanned! {ty.span()=>
                 #ty: #at_ty::__private::axum::FromRequest<#state_ty, #marker>
             });
@@ -131,20 +114,8 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
             quote_spanned! {ty.span()=>
                 #at_ty::__private::axum::extract_parts::<#ty, #state_ty>(&mut #extraction, &#state).await
             }
-        };
-        extractions.push(quote! {
-            let #arg: #ty = match #extract {
-                ::core::result::Result::Ok(value) => value,
-                ::core::result::Result::Err(response) => return response,
-            };
-        });
-        if index == model.scope.index {
-            scope_value = Some(quote_spanned! {ty.span()=>
-                #at_ty::__private::scope_key::<#ty>(&#arg)
-            });
         }
-        call_args.push(quote!(#arg));
-    }
+    });
     let head = shell_tokens(krate, &model.shell, &bounds, &marker);
 
     let ret_span = model.return_span();
@@ -157,28 +128,17 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
     let respond = quote_spanned! {ret_span=>
         #at_ret::__private::axum::respond(#value_at_return)
     };
-    let run = match model.lease_ms() {
-        None => quote! {
-            #prepared
-                .run(&#scope, async move |#tx| {
-                    let #value = #name(#(#call_args),*).await;
-                    #respond
-                })
-                .await
-        },
-        Some(lease_ms) => quote! {
-            #prepared
-                .run_phased(
-                    &#scope,
-                    ::core::time::Duration::from_millis(#lease_ms),
-                    async move |#phases| {
-                        let #value = #name(#(#call_args),*).await;
-                        #respond
-                    },
-                )
-                .await
-        },
-    };
+    let call = quote!(#name(#(#call_args),*));
+    let run = run_tokens(
+        model.lease_ms(),
+        &prepared,
+        &scope,
+        &tx,
+        &phases,
+        &value,
+        &call,
+        &respond,
+    );
 
     let unnamed = unnamed_alias(&model.shell);
     tokens.extend(quote! {

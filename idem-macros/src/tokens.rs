@@ -3,10 +3,12 @@
 //! the expanders, so neither imports the other for them.
 
 use proc_macro2::{Span, TokenStream};
-use quote::quote;
-use syn::Ident;
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Ident, Type};
 
 use crate::model::{Model, Shell, UNNAMED};
+use crate::syntax::{Role, krate_at};
 use crate::validate::KeySpec;
 
 /// The alias of the database nothing names, if something names none: one definition,
@@ -46,6 +48,101 @@ pub(crate) fn policy_tokens(model: &Model, policy: &Ident) -> TokenStream {
             #krate::__private::Registration(&#policy)
         }
     }
+}
+
+/// The call into the core around the user's function: `run` with the transaction, or
+/// `run_phased` with the lease and the phases; `respond` turns the function's value
+/// into the framework's response. Both frameworks' adapters have these two methods.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_tokens(
+    lease_ms: Option<u64>,
+    prepared: &Ident,
+    scope: &Ident,
+    tx: &Ident,
+    phases: &Ident,
+    value: &Ident,
+    call: &TokenStream,
+    respond: &TokenStream,
+) -> TokenStream {
+    match lease_ms {
+        None => quote! {
+            #prepared
+                .run(&#scope, async move |#tx| {
+                    let #value = #call.await;
+                    #respond
+                })
+                .await
+        },
+        Some(lease_ms) => quote! {
+            #prepared
+                .run_phased(
+                    &#scope,
+                    ::core::time::Duration::from_millis(#lease_ms),
+                    async move |#phases| {
+                        let #value = #call.await;
+                        #respond
+                    },
+                )
+                .await
+        },
+    }
+}
+
+/// What the handler's parameters become in the generated body.
+pub(crate) struct Params {
+    /// One statement per extractor, in declaration order: its value, or its rejection
+    /// answered before any claim.
+    pub(crate) extractions: Vec<TokenStream>,
+    /// The user's function's arguments, in its order.
+    pub(crate) call_args: Vec<TokenStream>,
+    /// The scope's value, from the parameter `scope = ..` names.
+    pub(crate) scope_value: Option<TokenStream>,
+}
+
+/// The parameters' tokens; `extract(index, ty, crate_at_ty)` is the framework's call that
+/// extracts the parameter at `index`, the crate path spanned at its type so that "not an
+/// extractor" points there.
+pub(crate) fn param_tokens(
+    model: &Model,
+    tx: &Ident,
+    phases: &Ident,
+    mut extract: impl FnMut(usize, &Type, &TokenStream) -> TokenStream,
+) -> Params {
+    let mut params = Params {
+        extractions: Vec::new(),
+        call_args: Vec::new(),
+        scope_value: None,
+    };
+    for (index, param) in model.params.iter().enumerate() {
+        match param.role {
+            Role::Tx => {
+                params.call_args.push(quote!(#tx));
+                continue;
+            }
+            Role::Phases => {
+                params.call_args.push(quote!(#phases));
+                continue;
+            }
+            Role::Extractor => {}
+        }
+        let arg = format_ident!("__idem_arg{}", index, span = Span::mixed_site());
+        let ty = &param.ty;
+        let at_ty = krate_at(&model.krate, ty.span());
+        let call = extract(index, ty, &at_ty);
+        params.extractions.push(quote! {
+            let #arg: #ty = match #call {
+                ::core::result::Result::Ok(value) => value,
+                ::core::result::Result::Err(response) => return response,
+            };
+        });
+        if index == model.scope.index {
+            params.scope_value = Some(quote_spanned! {ty.span()=>
+                #at_ty::__private::scope_key::<#ty>(&#arg)
+            });
+        }
+        params.call_args.push(quote!(#arg));
+    }
+    params
 }
 
 impl Model {
