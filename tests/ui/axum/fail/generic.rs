@@ -1,4 +1,4 @@
-#[idem::axum::idempotent(scope = account)]
+#[idem::axum::idempotent(scope = account, backend = sqlx::Postgres)]
 async fn create_order<T: serde::de::DeserializeOwned>(
     account: axum::Extension<i64>,
     body: axum::Json<T>,

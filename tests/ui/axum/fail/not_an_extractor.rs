@@ -8,7 +8,7 @@ impl idem::ScopeKey for Account {
     }
 }
 
-#[idem::axum::idempotent(scope = account)]
+#[idem::axum::idempotent(scope = account, backend = sqlx::Postgres)]
 async fn create_order(account: Account, body: String) -> String {
     format!("{} {body}", account.0)
 }
