@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use actix_web::body::BodyLimitExceeded;
 use actix_web::dev::Payload;
-use actix_web::http::header::{CONTENT_LENGTH, HeaderMap};
+use actix_web::http::header::HeaderMap;
 use actix_web::web::{self, Bytes};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder};
 
 use super::framework::{Actix, problem_response};
 use crate::protocol::config::Idem;
 use crate::protocol::exchange::Exchange;
-use crate::protocol::fingerprint::decode::{self, DecodeError};
+use crate::protocol::fingerprint::decode::BodyLimit;
 use crate::protocol::phased::Phases;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::ProblemKind;
@@ -61,33 +61,18 @@ pub async fn prepare<DB: Backend>(
             "the server has no idempotency store configured; this is a server bug",
         )));
     };
-    let limit = idem.settings().max_request_bytes();
-    let too_large = || {
-        problem_response(ProblemKind::BodyTooLarge.problem(format!(
-            "the request body is larger than the {limit} bytes this endpoint accepts"
-        )))
-    };
-    // Refuse a declared oversize body before reading a byte of it.
-    if declared_length(req.headers()).is_some_and(|len| len > limit) {
-        return Err(too_large());
-    }
-    let body = match payload.to_bytes_limited(limit).await {
+    let limit = BodyLimit(idem.settings().max_request_bytes());
+    limit
+        .check_declared(req.headers())
+        .map_err(problem_response)?;
+    let body = match payload.to_bytes_limited(limit.0).await {
         Ok(Ok(body)) => body,
         Ok(Err(error)) => return Err(error.error_response()),
-        Err(BodyLimitExceeded { .. }) => return Err(too_large()),
+        Err(BodyLimitExceeded { .. }) => return Err(problem_response(limit.too_large())),
     };
-    let content = match decode::content(req.headers(), &body, limit) {
-        Ok(content) => content,
-        Err(DecodeError::TooLarge) => return Err(too_large()),
-        Err(DecodeError::Invalid { encoding, error }) => {
-            return Err(problem_response(ProblemKind::EncodingInvalid.problem(
-                format!(
-                    "the request body is not valid `{encoding}` data, as its Content-Encoding \
-                     says: {error}"
-                ),
-            )));
-        }
-    };
+    let content = limit
+        .content(req.headers(), &body)
+        .map_err(problem_response)?;
     super::webhook::keep_raw_body(&req, &body);
     Ok(Prepared {
         idem,
@@ -96,10 +81,6 @@ pub async fn prepare<DB: Backend>(
         body,
         content,
     })
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<usize> {
-    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
 /// Runs one of the handler's extractors over the buffered body, in declaration order.

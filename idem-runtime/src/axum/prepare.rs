@@ -13,7 +13,7 @@ use http::request::Parts;
 use super::framework::{Axum, problem_response, read_limited};
 use crate::protocol::config::Idem;
 use crate::protocol::exchange::Exchange;
-use crate::protocol::fingerprint::decode::{self, DecodeError};
+use crate::protocol::fingerprint::decode::{self, BodyLimit};
 use crate::protocol::framework::Unbuffered;
 use crate::protocol::phased::Phases;
 use crate::protocol::policy::Policy;
@@ -65,19 +65,13 @@ pub async fn prepare<DB: Backend>(
             "the server has no idempotency store configured; this is a server bug",
         )));
     };
-    let limit = idem.settings().max_request_bytes();
-    let too_large = || {
-        problem_response(ProblemKind::BodyTooLarge.problem(format!(
-            "the request body is larger than the {limit} bytes this endpoint accepts"
-        )))
-    };
-    // Refuse a declared oversize body before reading a byte of it.
-    if declared_length(&head.headers).is_some_and(|len| len > limit) {
-        return Err(too_large());
-    }
-    let body = match read_limited(body, limit).await {
+    let limit = BodyLimit(idem.settings().max_request_bytes());
+    limit
+        .check_declared(&head.headers)
+        .map_err(problem_response)?;
+    let body = match read_limited(body, limit.0).await {
         Ok(body) => body,
-        Err(Unbuffered::TooLarge) => return Err(too_large()),
+        Err(Unbuffered::TooLarge) => return Err(problem_response(limit.too_large())),
         Err(Unbuffered::Failed(error)) => {
             tracing::debug!(%error, "the request body could not be read");
             return Err(problem_response(
@@ -86,28 +80,15 @@ pub async fn prepare<DB: Backend>(
             ));
         }
     };
-    let content = match decode::content(&head.headers, &body, limit) {
-        Ok(content) => content,
-        Err(DecodeError::TooLarge) => return Err(too_large()),
-        Err(DecodeError::Invalid { encoding, error }) => {
-            return Err(problem_response(ProblemKind::EncodingInvalid.problem(
-                format!(
-                    "the request body is not valid `{encoding}` data, as its Content-Encoding \
-                     says: {error}"
-                ),
-            )));
-        }
-    };
+    let content = limit
+        .content(&head.headers, &body)
+        .map_err(problem_response)?;
     Ok(Prepared {
         idem,
         policy,
         head,
         content,
     })
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<usize> {
-    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
 /// Runs one of the handler's extractors but the last on the request's head, in

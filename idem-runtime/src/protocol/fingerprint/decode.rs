@@ -18,6 +18,7 @@ use std::io::{self, Read};
 use bytes::Bytes;
 
 use crate::protocol::headers::{Headers, first_text};
+use crate::protocol::problem::{Problem, ProblemKind};
 
 /// Why a body's content cannot be had.
 #[derive(Debug)]
@@ -72,6 +73,49 @@ impl Encoding {
 #[cfg_attr(not(feature = "axum"), allow(dead_code))]
 pub(crate) fn decodes(headers: &(impl Headers + ?Sized)) -> bool {
     Encoding::of(headers).is_some()
+}
+
+/// The request limit as every adapter applies it, with the protocol's answers: 413 for a
+/// body past it (declared, read or decoded), 400 for a body that does not decode.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BodyLimit(pub(crate) usize);
+
+impl BodyLimit {
+    /// The 413 for a body past the limit.
+    pub(crate) fn too_large(self) -> Problem {
+        ProblemKind::BodyTooLarge.problem(format!(
+            "the request body is larger than the {} bytes this endpoint accepts",
+            self.0
+        ))
+    }
+
+    /// Refuses a declared oversize body before a byte of it is read.
+    pub(crate) fn check_declared(self, headers: &(impl Headers + ?Sized)) -> Result<(), Problem> {
+        let declared: Option<usize> =
+            first_text(headers, "content-length").and_then(|len| len.parse().ok());
+        match declared {
+            Some(len) if len > self.0 => Err(self.too_large()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The content the fingerprint covers: `body` decoded (see [`content`]), or the answer
+    /// to a body that cannot be decoded within the limit.
+    pub(crate) fn content(
+        self,
+        headers: &(impl Headers + ?Sized),
+        body: &Bytes,
+    ) -> Result<Bytes, Problem> {
+        content(headers, body, self.0).map_err(|error| match error {
+            DecodeError::TooLarge => self.too_large(),
+            DecodeError::Invalid { encoding, error } => {
+                ProblemKind::EncodingInvalid.problem(format!(
+                    "the request body is not valid `{encoding}` data, as its Content-Encoding \
+                     says: {error}"
+                ))
+            }
+        })
+    }
 }
 
 /// The content of `body` as the extractors will read it, at most `limit` bytes. A body
