@@ -1,0 +1,44 @@
+//! The orders service of `examples/orders` on axum 0.8: the same endpoints, the same
+//! answers byte for byte, the same environment and startup lines, SQLite by default and
+//! PostgreSQL with `DATABASE_URL`.
+//!
+//! ```text
+//! cargo run --example orders-axum                                          # SQLite
+//! DATABASE_URL=postgres://localhost/orders cargo run --example orders-axum # PostgreSQL
+//! ```
+//!
+//! `examples/orders/main.rs` describes the HTTP contract, the environment and the test
+//! hooks; both binaries run the same `examples/orders/domain/` files (the domain, the SQL,
+//! the provider, the problems and the startup), and this one adds only axum's routes,
+//! extractors and responses.
+
+#[path = "../orders/domain/mod.rs"]
+mod domain;
+
+mod app;
+
+use std::process::ExitCode;
+
+use axum::Router;
+
+use domain::payment_store::PaymentStore;
+use domain::startup::{Server, Service};
+use domain::webhooks::WebhookStore;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    domain::startup::main::<Axum>().await
+}
+
+/// axum's server (hyper through `axum::serve`), with every route of the service.
+struct Axum;
+
+impl<DB: PaymentStore + WebhookStore + app::OrderRoutes> Server<DB> for Axum {
+    async fn serve(service: Service<DB>) -> std::io::Result<()> {
+        let Service { idem, listener, .. } = service;
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let app: Router = app::router(&idem);
+        axum::serve(listener, app).await
+    }
+}
