@@ -16,10 +16,14 @@
 mod domain;
 
 mod app;
+mod observability;
+#[path = "../orders/openapi.rs"]
+mod openapi;
+mod payments;
 
 use std::process::ExitCode;
 
-use axum::Router;
+use axum::{Extension, Router};
 
 use domain::payment_store::PaymentStore;
 use domain::startup::{Server, Service};
@@ -33,12 +37,25 @@ async fn main() -> ExitCode {
 /// axum's server (hyper through `axum::serve`), with every route of the service.
 struct Axum;
 
-impl<DB: PaymentStore + WebhookStore + app::OrderRoutes> Server<DB> for Axum {
+impl<DB> Server<DB> for Axum
+where
+    DB: PaymentStore + WebhookStore + app::OrderRoutes + payments::PaymentRoutes,
+{
     async fn serve(service: Service<DB>) -> std::io::Result<()> {
-        let Service { idem, listener, .. } = service;
+        let Service {
+            idem,
+            listener,
+            settings,
+            verifier: _,
+            metrics,
+        } = service;
+        let app: Router = app::router(&idem)
+            .merge(payments::router(idem.pool(), settings))
+            .merge(observability::router(&metrics))
+            // Every idempotent handler finds idem here.
+            .layer(Extension(idem));
         listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let app: Router = app::router(&idem);
         axum::serve(listener, app).await
     }
 }
