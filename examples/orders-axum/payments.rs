@@ -16,7 +16,6 @@ use crate::app::{created_at, methods};
 use crate::domain::orders::Account;
 use crate::domain::payment_store::PaymentStore;
 use crate::domain::payments::{self, NewPayment, PaymentError, Settings};
-use crate::domain::problem::AppError;
 use crate::domain::provider;
 
 /// The payment routes and the provider's, with their settings in the requests'
@@ -75,9 +74,9 @@ async fn get_payment<DB: PaymentStore>(
     id: Result<Path<String>, PathRejection>,
     Extension(pool): Extension<Pool<DB>>,
 ) -> Result<Response, PaymentError> {
-    // A path axum cannot decode: the 404 the actix binary answers for any path error.
+    // A segment that does not decode (not UTF-8) is no payment's id either.
     let Ok(Path(id)) = id else {
-        return Ok(AppError::NotFound.into_response());
+        return Err(PaymentError::NotFound);
     };
     let payment = payments::find_payment(&pool, account, &id).await?;
     Ok(Json(payment).into_response())
