@@ -56,6 +56,25 @@ where
             .layer(Extension(idem));
         listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        axum::serve(listener, app).await
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop_signal())
+            .await
     }
+}
+
+/// SIGINT or SIGTERM: what stops actix-web's server, so that both binaries stop alike (no
+/// new connections, requests in flight answered, then the relay and the expiry task
+/// stopped).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate()).expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
