@@ -8,7 +8,8 @@ use super::payments::{Payment, Receipt};
 use super::store::Store;
 
 /// The payments' SQL for one database: implemented for PostgreSQL and SQLite below.
-/// `Send` futures where the relay (on `tokio::spawn`) awaits them.
+/// `Send` futures: the relay awaits them on `tokio::spawn`, and axum requires its handlers'
+/// futures to be `Send`.
 pub(crate) trait PaymentStore: Store {
     /// Inserts a payment in state `created`.
     fn insert_payment(

@@ -35,7 +35,8 @@ pub(crate) async fn place_order<DB: Store>(
     Ok(created)
 }
 
-/// The example's SQL for one database: implemented for PostgreSQL and SQLite below.
+/// The example's SQL for one database: implemented for PostgreSQL and SQLite below. The
+/// futures are `Send`, as axum requires of a handler's future.
 pub(crate) trait Store: idem::Backend {
     /// The example's own migrations (`examples/orders/migrations/<backend>`).
     fn app_migrator() -> &'static Migrator;
