@@ -20,6 +20,7 @@ mod observability;
 #[path = "../orders/openapi.rs"]
 mod openapi;
 mod payments;
+mod webhooks;
 
 use std::process::ExitCode;
 
@@ -39,18 +40,20 @@ struct Axum;
 
 impl<DB> Server<DB> for Axum
 where
-    DB: PaymentStore + WebhookStore + app::OrderRoutes + payments::PaymentRoutes,
+    DB: PaymentStore + WebhookStore,
+    DB: app::OrderRoutes + payments::PaymentRoutes + webhooks::WebhookRoutes,
 {
     async fn serve(service: Service<DB>) -> std::io::Result<()> {
         let Service {
             idem,
             listener,
             settings,
-            verifier: _,
+            verifier,
             metrics,
         } = service;
         let app: Router = app::router(&idem)
             .merge(payments::router(idem.pool(), settings))
+            .merge(webhooks::router::<DB>(verifier))
             .merge(observability::router(&metrics))
             // Every idempotent handler finds idem here.
             .layer(Extension(idem));
