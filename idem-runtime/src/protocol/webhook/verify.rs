@@ -308,6 +308,9 @@ impl fmt::Display for WebhookRejected {
     }
 }
 
+// Reading and verifying a delivery is the signed-webhook extractor's work, which only
+// the actix-web adapter has so far: without it these have no caller.
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
 fn rejected(kind: ProblemKind, detail: impl Into<String>) -> WebhookRejected {
     WebhookRejected {
         kind,
@@ -328,6 +331,7 @@ impl WebhookRejected {
     }
 
     /// No [`WebhookVerifier`] is registered where the handler runs: a server bug.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
     pub(crate) fn not_configured() -> Self {
         tracing::error!("no WebhookVerifier in the app data: register one with App::app_data");
         rejected(
@@ -337,6 +341,7 @@ impl WebhookRejected {
     }
 
     /// The body could not be read to verify it.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
     pub(crate) fn unreadable_body(error: impl fmt::Display) -> Self {
         rejected(
             ProblemKind::BodyInvalid,
@@ -346,6 +351,7 @@ impl WebhookRejected {
 }
 
 /// The signature headers of a delivery, read before its body.
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) struct Delivery {
     id: String,
@@ -353,6 +359,7 @@ pub(crate) struct Delivery {
     signatures: String,
 }
 
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
 impl Delivery {
     /// Reads the id, timestamp and signatures, or refuses the delivery without them.
     pub(crate) fn read(headers: &(impl Headers + ?Sized)) -> Result<Self, WebhookRejected> {
