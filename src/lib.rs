@@ -428,6 +428,7 @@ pub mod __private {
 
     /// The actix-web group, re-exported item by item (not as the runtime's module) so
     /// that compiler errors name these paths rather than the runtime's private ones.
+    #[cfg(feature = "actix")]
     pub mod actix {
         pub use idem_runtime::__private::actix::*;
     }

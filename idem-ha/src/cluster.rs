@@ -5,12 +5,17 @@
 //! directory, started by this program and removed when the value is dropped.
 
 use std::fs;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::host::{
+    chown, euid_is_root, free_port, http_status, postgres_bin, postgres_ids, postmaster_pid, tail,
+    which,
+};
 
 /// The PostgreSQL replication Patroni is told to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -420,100 +425,4 @@ impl Drop for Ha {
         std::thread::sleep(Duration::from_millis(300));
         let _ = fs::remove_dir_all(&self.dir);
     }
-}
-
-/// The status code of `GET http://127.0.0.1:<port>/<path>`, with a short timeout; `None`
-/// when nothing answers. A blocking HTTP/1.0 request by hand: Patroni's and etcd's
-/// health endpoints need nothing more, and the fault driver runs on a plain thread.
-fn http_status(port: u16, path: &str) -> Option<u16> {
-    use std::io::{Read, Write};
-    let addr = (Ipv4Addr::LOCALHOST, port).into();
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET /{path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    // Read to the end (HTTP/1.0: the server closes): closing early makes Patroni log a
-    // reset connection.
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    std::str::from_utf8(response.get(9..12)?).ok()?.parse().ok()
-}
-
-fn postmaster_pid(data: &Path) -> Option<String> {
-    let text = fs::read_to_string(data.join("postmaster.pid")).ok()?;
-    text.lines().next().map(|l| l.trim().to_owned())
-}
-
-fn tail(path: &Path) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(25)..].join("\n")
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/usr/bin".into()])
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-}
-
-/// The newest `/usr/lib/postgresql/<version>/bin` with a server and pg_rewind.
-fn postgres_bin() -> Result<PathBuf, String> {
-    let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
-        .map_err(|_| "PostgreSQL server binaries not found under /usr/lib/postgresql".to_owned())?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let version = e.file_name().to_str()?.parse().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").exists().then_some((version, bin))
-        })
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .map(|(_, bin)| bin)
-        .ok_or_else(|| "PostgreSQL server binaries not found under /usr/lib/postgresql".into())
-}
-
-/// uid and gid of the `postgres` OS user: PostgreSQL (and so Patroni) refuses to run as
-/// root.
-fn postgres_ids() -> Result<(u32, u32), String> {
-    let passwd = fs::read_to_string("/etc/passwd").map_err(|e| e.to_string())?;
-    passwd
-        .lines()
-        .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.len() > 3 && f[0] == "postgres")
-        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
-        .ok_or_else(|| {
-            "no `postgres` OS user (Debian's postgresql package creates it): PostgreSQL \
-             does not run as root"
-                .into()
-        })
-}
-
-/// Whether this process runs as root (its effective uid, from /proc).
-fn euid_is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("Uid:"))?.to_owned();
-            line.split_whitespace().nth(2).map(|euid| euid == "0")
-        })
-        .unwrap_or(false)
-}
-
-fn chown(path: &Path, (uid, gid): (u32, u32)) -> Result<(), String> {
-    if !euid_is_root() {
-        return Ok(());
-    }
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))
-        .map_err(|e| format!("cannot chown {}: {e}", path.display()))
-}
-
-/// A free TCP port on 127.0.0.1 (free when asked).
-pub(crate) fn free_port() -> Result<u16, String> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
 }

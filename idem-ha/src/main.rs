@@ -27,6 +27,7 @@
 //! when the run could not be set up (a component missing: `bash .ci/run` installs them).
 
 mod cluster;
+mod host;
 mod workload;
 
 use std::collections::HashMap;

@@ -3,7 +3,16 @@
 //!
 //! Applications depend on the `idem` crate, which re-exports everything here together
 //! with the attribute macro.
+//!
+//! Built with neither adapter (`actix`, `axum`), it is the store, maintenance, the outbox
+//! and the inbox, as the CLI and the broker consumers use it: the protocol then has no
+//! caller, which is no mistake, so its dead code is not reported there.
+#![cfg_attr(
+    not(any(feature = "actix", feature = "axum")),
+    allow(dead_code, unused_imports)
+)]
 
+#[cfg(feature = "actix")]
 mod actix;
 #[cfg(feature = "axum")]
 mod axum;
@@ -93,6 +102,7 @@ pub mod __private {
     /// What a handler generated for actix-web names: the adapter's entry points and the
     /// actix types of the outer signature. A second framework's adapter adds a sibling
     /// group.
+    #[cfg(feature = "actix")]
     pub mod actix {
         pub use crate::actix::{Prepared, extract, prepare, respond};
         pub use actix_web::dev::Payload;

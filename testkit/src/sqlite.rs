@@ -30,7 +30,7 @@ impl TestSqlite {
     /// Creates the directory that will hold the database; the file itself appears on the
     /// first connection. Panics when the temporary directory is not writable.
     pub fn new() -> TestSqlite {
-        let dir = std::env::temp_dir().join(crate::unique_db_name());
+        let dir = std::env::temp_dir().join(crate::names::unique_db_name());
         std::fs::create_dir(&dir).unwrap_or_else(|error| {
             panic!(
                 "idem-testkit: cannot create {} for a SQLite test database: {error}",

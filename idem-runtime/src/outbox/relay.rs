@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::message::Message;
 use crate::maintenance::{OnPanic, TaskHandle};
 use crate::store::Backend;
-use crate::store::choice::DefaultBackend;
+use crate::store::choice::{DefaultBackend, HeldPool};
 
 /// How often a running relay deletes messages delivered longer ago than
 /// [`Relay::keep_delivered`].
@@ -67,7 +67,9 @@ const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// than the timeout (a paused process, a database it cannot reach) may find the message
 /// delivered elsewhere while its own handler still runs. Consumers deduplicate by the id.
 pub struct Relay<DB: crate::store::choice::ChosenBackend<'static> = DefaultBackend> {
-    pub(super) pool: Pool<DB>,
+    /// Not a bare `Pool<DB>`, which would give a bare `Relay` a second error (see
+    /// [`HeldPool`]).
+    pub(super) pool: HeldPool<DB>,
     pub(super) batch_size: u32,
     pub(super) poll_interval: Duration,
     pub(super) delivery_timeout: Duration,
@@ -91,7 +93,7 @@ impl<DB: Backend> Relay<DB> {
     /// ```
     pub fn new(pool: Pool<DB>) -> Self {
         Self {
-            pool,
+            pool: HeldPool::new(pool),
             batch_size: 32,
             poll_interval: Duration::from_millis(500),
             delivery_timeout: Duration::from_secs(60),

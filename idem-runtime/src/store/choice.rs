@@ -3,11 +3,14 @@
 //! says to name one. Read by the types' declarations and the macro's output, never by
 //! the store's SQL.
 
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 #[cfg(all(feature = "postgres", feature = "sqlite"))]
 use std::time::Duration;
 
+use sqlx::Pool;
 #[cfg(all(feature = "postgres", feature = "sqlite"))]
-use sqlx::{Pool, Transaction};
+use sqlx::Transaction;
 
 use super::Backend;
 #[cfg(all(feature = "postgres", feature = "sqlite"))]
@@ -141,6 +144,39 @@ pub trait NameTheDatabase:
 pub trait ChosenBackend<'a>: Backend {}
 
 impl<DB: Backend> ChosenBackend<'_> for DB {}
+
+/// The pool of a type that defaults to [`DefaultBackend`] and is passed by value (`Relay`),
+/// held so that a bare name with both databases on fails with [`NameTheDatabase`]'s
+/// error alone.
+///
+/// A `Pool<DB>` field adds a second error at the binding of a bare `Relay` taken by value,
+/// "`BothBackendsEnabled: Database` is not satisfied": the drop check of the binding
+/// looks into the pool's fields, which name the database's connection type. It does not
+/// look behind `ManuallyDrop`, and [`Drop`] here still drops the pool, by value. The
+/// `Option` is what lets it do so without `unsafe`: it is `None` only inside `drop`.
+pub(crate) struct HeldPool<DB: ChosenBackend<'static>>(ManuallyDrop<Option<Pool<DB>>>);
+
+impl<DB: ChosenBackend<'static>> HeldPool<DB> {
+    pub(crate) fn new(pool: Pool<DB>) -> Self {
+        Self(ManuallyDrop::new(Some(pool)))
+    }
+}
+
+impl<DB: ChosenBackend<'static>> Deref for HeldPool<DB> {
+    type Target = Pool<DB>;
+
+    fn deref(&self) -> &Pool<DB> {
+        self.0
+            .as_ref()
+            .expect("a held pool is taken only by its drop")
+    }
+}
+
+impl<DB: ChosenBackend<'static>> Drop for HeldPool<DB> {
+    fn drop(&mut self) {
+        drop(self.0.take());
+    }
+}
 
 // No method here runs: `BothBackendsEnabled` has no values and `NameTheDatabase` no
 // implementations, so no caller can name this implementation. It exists so that the

@@ -1,0 +1,80 @@
+//! The database side of the model: the statements each backend spells its own way (time
+//! moves, resets, the effects the handler records), and the effects table.
+
+use sqlx::{AssertSqlSafe, Pool};
+
+use crate::support::TestBackend;
+
+/// The part of the database each backend spells differently, and the effects table.
+pub(crate) trait ModelStore: TestBackend {
+    /// A moment one second ago, as the key and outbox tables store times.
+    const PAST: &'static str;
+
+    /// Runs one statement of the test's own (time moves, resets).
+    fn run(pool: &Pool<Self>, sql: String) -> impl Future<Output = ()>;
+
+    /// Records one side effect of a phase, in the phase's transaction.
+    fn effect(
+        conn: &mut Self::Connection,
+        scope: i64,
+        tag: &str,
+        phase: &str,
+        derived: &str,
+    ) -> impl Future<Output = sqlx::Result<()>>;
+}
+
+macro_rules! model_store {
+    ($db:ty, $past:literal) => {
+        impl ModelStore for $db {
+            const PAST: &'static str = $past;
+
+            async fn run(pool: &Pool<Self>, sql: String) {
+                sqlx::query(AssertSqlSafe(sql.clone()))
+                    .execute(pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+
+            async fn effect(
+                conn: &mut Self::Connection,
+                scope: i64,
+                tag: &str,
+                phase: &str,
+                derived: &str,
+            ) -> sqlx::Result<()> {
+                sqlx::query(
+                    "INSERT INTO effects (scope, tag, phase, derived) VALUES ($1, $2, $3, $4)",
+                )
+                .bind(scope)
+                .bind(tag)
+                .bind(phase)
+                .bind(derived)
+                .execute(conn)
+                .await
+                .map(drop)
+            }
+        }
+    };
+}
+model_store!(sqlx::Postgres, "now() - interval '1 second'");
+model_store!(
+    sqlx::Sqlite,
+    "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 1000000"
+);
+
+/// Empties what one sequence leaves behind, so the next starts from nothing.
+pub(crate) async fn reset<DB: ModelStore>(pool: &Pool<DB>) {
+    for table in ["effects", "idem_phases", "idem_keys", "idem_outbox"] {
+        DB::run(pool, format!("DELETE FROM {table}")).await;
+    }
+}
+
+pub(crate) async fn create_effects<DB: ModelStore>(pool: &Pool<DB>) {
+    DB::run(
+        pool,
+        "CREATE TABLE effects (scope BIGINT NOT NULL, tag TEXT NOT NULL, phase TEXT NOT NULL, \
+         derived TEXT NOT NULL)"
+            .to_owned(),
+    )
+    .await;
+}
