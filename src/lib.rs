@@ -415,6 +415,12 @@ pub use idem_runtime::{BothBackendsEnabled, NameTheDatabase};
 /// axum::serve(listener, app).await
 /// # }
 /// ```
+///
+/// [`SignedWebhook`](crate::SignedWebhook) is an axum extractor too, with the
+/// `WebhookVerifier` in the extensions. Where a layer suits better than an attribute,
+/// [`IdempotencyLayer`](crate::axum::IdempotencyLayer) runs the same protocol in front of a
+/// plain handler that takes `Tx` as an extractor; the README's "axum: macro or layer" says
+/// what each keeps.
 #[cfg(feature = "axum")]
 pub mod axum {
     pub use idem_macros::idempotent_axum as idempotent;
