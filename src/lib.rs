@@ -358,7 +358,7 @@ pub use idem_runtime::{BothBackendsEnabled, NameTheDatabase};
 ///
 /// `#[idem::axum::idempotent(..)]` takes the same arguments as [`idempotent`] and gives
 /// an axum handler the same protocol: the key row claimed in the transaction of the
-/// handler's writes ([`Tx`](crate::Tx)), the fingerprint, the replay, the 400, 409, 413
+/// handler's writes ([`Tx`]), the fingerprint, the replay, the 400, 409, 413
 /// and 422 problems. The attribute's path says which framework a handler is for, so one
 /// project can have handlers of both.
 ///
@@ -415,6 +415,12 @@ pub use idem_runtime::{BothBackendsEnabled, NameTheDatabase};
 /// axum::serve(listener, app).await
 /// # }
 /// ```
+///
+/// [`SignedWebhook`] is an axum extractor too, with the
+/// `WebhookVerifier` in the extensions. Where a layer suits better than an attribute,
+/// [`IdempotencyLayer`](crate::axum::IdempotencyLayer) runs the same protocol in front of a
+/// plain handler that takes `Tx` as an extractor; the README's "axum: macro or layer" says
+/// what each keeps.
 #[cfg(feature = "axum")]
 pub mod axum {
     pub use idem_macros::idempotent_axum as idempotent;

@@ -57,6 +57,7 @@ struct NewOrder {
 
 static CREATE_ORDER: idem::Policy =
     idem::Policy::new("create_order", module_path!(), "account", 86_400);
+static LEAKY: idem::Policy = idem::Policy::new("leaky", module_path!(), "account", 86_400);
 static FAILING: idem::Policy = idem::Policy::new("failing", module_path!(), "account", 86_400);
 
 /// Plain axum handlers, the same on each database.
@@ -114,6 +115,23 @@ macro_rules! handlers {
                 (StatusCode::SERVICE_UNAVAILABLE, "try later".to_owned())
             }
 
+            /// Answers while a task of its own still holds its `Tx`.
+            pub(crate) async fn leaky(account: Account, mut tx: idem::Tx<'static, $db>) -> &'static str {
+                sqlx::query(
+                    "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                     VALUES ($1, 'leaked', 1, 0)",
+                )
+                .bind(account.0)
+                .execute(&mut *tx)
+                .await
+                .expect("insert");
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    drop(tx);
+                });
+                "answered"
+            }
+
             /// A handler taking `Tx` without a layer in front.
             pub(crate) async fn unlayered(mut tx: idem::Tx<'static, $db>) -> &'static str {
                 let _ = &mut *tx;
@@ -134,6 +152,7 @@ macro_rules! handlers {
                         post(failing).route_layer(Layer::new(&FAILING)),
                     )
                     .route("/unlayered", post(unlayered))
+                    .route("/leaky", post(leaky).route_layer(Layer::new(&LEAKY)))
                     .route("/ping", get(|| async { "pong" }))
             }
         }
@@ -363,7 +382,26 @@ async fn the_scope_is_checked_before_the_key_and_tx_needs_the_layer<DB: AxumBack
     .assert_problem(500, "not-configured");
 }
 
+/// A handler whose `Tx` outlives its answer: its writes cannot commit with the key, so
+/// nothing is kept and the request may be retried.
+async fn a_tx_kept_past_the_answer_rolls_back<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let (server, _) = start(env.idem()).await;
+    Server::send(request(
+        &server,
+        "/leaky",
+        Some(ALICE),
+        Some("k-leak"),
+        "{}",
+    ))
+    .await
+    .assert_problem(500, "transaction-ended");
+    assert_eq!(env.keys().await, 0, "no key committed");
+    assert_eq!(env.orders().await, 0, "no write committed");
+}
+
 axum_backend_tests!(
+    a_tx_kept_past_the_answer_rolls_back,
     a_repeat_replays_status_allowed_headers_and_exact_body,
     a_different_body_is_422,
     concurrent_duplicates_run_the_handler_once,

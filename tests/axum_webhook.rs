@@ -86,9 +86,43 @@ macro_rules! receivers {
                     "run": run,
                 })))
             }
+
+            /// The same receiver as a plain handler behind `IdempotencyLayer`, scoped by
+            /// the `SignedWebhook` the layer verifies.
+            pub(crate) async fn layered_event(
+                State(counter): State<Counter>,
+                sender: idem::SignedWebhook,
+                mut tx: idem::Tx<'static, $db>,
+                Json(event): Json<Event>,
+            ) -> Result<Json<Value>, (StatusCode, String)> {
+                let run = counter.0.fetch_add(1, Ordering::SeqCst) + 1;
+                sqlx::query(
+                    "INSERT INTO charge_events (event_id, charge_id, amount_cents, currency) \
+                     VALUES ($1, $2, $3, 'EUR')",
+                )
+                .bind(&event.id)
+                .bind(&event.data.charge_id)
+                .bind(event.data.amount_cents)
+                .execute(&mut *tx)
+                .await
+                .map_err(|error| (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?;
+                Ok(Json(json!({ "event_id": event.id, "sender": sender.sender(), "run": run })))
+            }
+
+            pub(crate) fn layered(sender: &str) -> axum::routing::MethodRouter<Counter> {
+                post(layered_event)
+                    .route_layer(idem::axum::IdempotencyLayer::<$db, idem::SignedWebhook>::new(
+                        &LAYERED_EVENT,
+                    ))
+                    .route_layer(Extension(verifier(sender)))
+            }
         }
     };
 }
+
+static LAYERED_EVENT: idem::Policy =
+    idem::Policy::new("layered_event", module_path!(), "sender", 5 * 86_400)
+        .with_key(idem::KeySource::Header("webhook-id"));
 
 receivers!(on_postgres, sqlx::Postgres);
 receivers!(on_sqlite, sqlx::Sqlite);
@@ -96,17 +130,27 @@ receivers!(on_sqlite, sqlx::Sqlite);
 trait AxumBackend: TestBackend {
     /// The receiver's route, with the verifier of `sender`.
     fn receiver(sender: &str) -> axum::routing::MethodRouter<Counter>;
+    /// The layered receiver's route, with the verifier of `sender`.
+    fn layered(sender: &str) -> axum::routing::MethodRouter<Counter>;
 }
 
 impl AxumBackend for sqlx::Postgres {
     fn receiver(sender: &str) -> axum::routing::MethodRouter<Counter> {
         post(on_postgres::charge_event).route_layer(Extension(verifier(sender)))
     }
+
+    fn layered(sender: &str) -> axum::routing::MethodRouter<Counter> {
+        on_postgres::layered(sender)
+    }
 }
 
 impl AxumBackend for sqlx::Sqlite {
     fn receiver(sender: &str) -> axum::routing::MethodRouter<Counter> {
         post(on_sqlite::charge_event).route_layer(Extension(verifier(sender)))
+    }
+
+    fn layered(sender: &str) -> axum::routing::MethodRouter<Counter> {
+        on_sqlite::layered(sender)
     }
 }
 
@@ -116,6 +160,7 @@ async fn start<DB: AxumBackend>(env: &Env<DB>) -> (Server, Counter) {
     let app = Router::new()
         .route("/webhooks/a", DB::receiver(TENANT_A))
         .route("/webhooks/b", DB::receiver(TENANT_B))
+        .route("/webhooks/layered", DB::layered(TENANT_A))
         .layer(Extension(env.idem()))
         .with_state(runs.clone());
     (Server::start(app).await, runs)
@@ -367,7 +412,56 @@ async fn another_senders_event_of_the_same_id_is_its_own_event<DB: AxumBackend>(
     assert_eq!(scopes, [TENANT_A, TENANT_B]);
 }
 
+/// Behind `IdempotencyLayer`, with `SignedWebhook` as the layer's scope: a forged delivery
+/// is refused before any claim, a verified one runs once and replays.
+async fn the_layer_verifies_and_keys_a_webhook_as_the_attribute_does<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let (server, runs) = start(&env).await;
+    let body = event("evt_5", "ch_5", 300);
+    Server::send(delivery(
+        &server,
+        "/webhooks/layered",
+        TENANT_B,
+        "evt_5",
+        &body,
+    ))
+    .await
+    .assert_problem(401, "webhook-signature-invalid");
+    assert_eq!(env.keys().await, 0, "no key for a forged delivery");
+    let first = Server::send(delivery(
+        &server,
+        "/webhooks/layered",
+        TENANT_A,
+        "evt_5",
+        &body,
+    ))
+    .await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(!first.replayed());
+    Server::send(delivery(
+        &server,
+        "/webhooks/layered",
+        TENANT_A,
+        "evt_5",
+        &body,
+    ))
+    .await
+    .assert_replay_of(&first);
+    assert_eq!(runs.0.load(Ordering::SeqCst), 1);
+    assert_eq!(charge_events(&env, "evt_5").await, 1);
+    assert_eq!(
+        env.key_rows().await,
+        [(
+            TENANT_A.to_owned(),
+            "evt_5".to_owned(),
+            "completed".to_owned(),
+            Some(200)
+        )]
+    );
+}
+
 axum_backend_tests!(
+    the_layer_verifies_and_keys_a_webhook_as_the_attribute_does,
     a_verified_event_runs_once_and_every_redelivery_replays,
     unverified_or_unkeyed_deliveries_are_refused_before_any_claim,
     the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stands,

@@ -22,6 +22,10 @@ use crate::store::choice::{ChosenBackend, DefaultBackend};
 /// `Idem` must be built on a pool of that database. A bare `idem::Tx` means the one
 /// database enabled, and does not compile when both are (see [`DefaultBackend`]).
 ///
+/// Behind axum's `IdempotencyLayer` (feature `axum`) a plain handler takes it as an
+/// extractor, `tx: idem::Tx<'static, sqlx::Postgres>`: the layer lends it the transaction
+/// for the call, and the same helpers taking `&mut Tx` or the connection work in both.
+///
 /// ```
 /// use idem_runtime::Tx;
 ///
