@@ -35,12 +35,18 @@
 //! | `resumable` | phased: the handler answered 5xx or a transient 4xx; its committed phases are kept |
 //! | `phase_failed` | phased: a phase failed in idem's part of it |
 //! | `taken_over` | phased: a retry took this attempt over; its response was not stored |
-//!
-//! ```
-//! // Once at startup, after installing the exporter: units and help texts.
-//! idem_runtime::metrics::describe();
-//! assert_eq!(idem_runtime::metrics::REQUESTS_TOTAL, "idem_requests_total");
-//! ```
+// The example names the public module, which exists only with the feature; without it
+// this file is the crate's no-op instrumentation and its doctest would not compile.
+#![cfg_attr(
+    feature = "metrics",
+    doc = r#"
+```
+// Once at startup, after installing the exporter: units and help texts.
+idem_runtime::metrics::describe();
+assert_eq!(idem_runtime::metrics::REQUESTS_TOTAL, "idem_requests_total");
+```
+"#
+)]
 
 use std::future::Future;
 
