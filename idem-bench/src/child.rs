@@ -14,6 +14,8 @@ pub(crate) struct Server {
     /// and it also closes when this process dies, so no server outlives the benchmark.
     lifeline: Option<ChildStdin>,
     pub(crate) addr: SocketAddr,
+    /// The same handlers served by axum (`server_axum.rs`), in the same process.
+    pub(crate) axum: SocketAddr,
 }
 
 impl Server {
@@ -77,10 +79,20 @@ impl Server {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            // `axum <addr>` comes first, then `listening <addr>` once both accept.
+            let mut axum = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(addr) = line.strip_prefix("listening ") {
-                    let _ = tx.send(addr.parse::<SocketAddr>());
+                if let Some(addr) = line.strip_prefix("axum ") {
+                    axum = addr.parse::<SocketAddr>().ok();
+                } else if let Some(addr) = line.strip_prefix("listening ") {
+                    let addrs = addr.parse::<SocketAddr>().map_err(|e| e.to_string());
+                    let _ = tx.send(addrs.and_then(|addr| {
+                        Ok((
+                            addr,
+                            axum.ok_or("no `axum <addr>` line before `listening`")?,
+                        ))
+                    }));
                 }
             }
         });
@@ -88,10 +100,12 @@ impl Server {
             child,
             lifeline,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            axum: SocketAddr::from(([127, 0, 0, 1], 0)),
         };
         match rx.recv_timeout(startup) {
-            Ok(Ok(addr)) => {
+            Ok(Ok((addr, axum))) => {
                 server.addr = addr;
+                server.axum = axum;
                 Ok(server)
             }
             Ok(Err(e)) => Err(format!("the server printed a bad address: {e}")),

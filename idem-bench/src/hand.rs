@@ -15,7 +15,8 @@
 //! connection's busy timeout says; there is no row lock to wait on, since the writer holds
 //! the whole database.
 
-use actix_web::http::header::{self, ContentType};
+use std::borrow::Cow;
+
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::Value;
@@ -131,7 +132,7 @@ pub(crate) trait Hand: OrderStore {
         pool: &Pool<Self>,
         request: &HandRequest<'_>,
         order: &NewOrder,
-    ) -> impl Future<Output = sqlx::Result<HttpResponse>>;
+    ) -> impl Future<Output = sqlx::Result<Answer>>;
 
     /// A duplicate (PostgreSQL) or another writer (SQLite) held the lock too long.
     fn is_lock_timeout(error: &sqlx::Error) -> bool;
@@ -147,31 +148,77 @@ pub(crate) struct HandRequest<'a> {
     path: &'a str,
 }
 
-/// `POST /hand/orders`.
+/// What the baseline answers, in neither framework's types: actix-web and axum render
+/// it to the same status, headers and bytes.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    status: u16,
+    headers: AnswerHeaders,
+    body: Vec<u8>,
+}
+
+/// An answer's headers: lower-case names and their values.
+pub(crate) type AnswerHeaders = Vec<(&'static str, Cow<'static, str>)>;
+
+impl Answer {
+    pub(crate) fn into_parts(self) -> (u16, AnswerHeaders, Vec<u8>) {
+        (self.status, self.headers, self.body)
+    }
+}
+
+/// `POST /hand/orders` on actix-web.
 pub(crate) async fn create_order<DB: Hand>(
     req: HttpRequest,
     account: Account,
     pool: web::Data<Pool<DB>>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let Some(key) = idempotency_key(&req) else {
+    let key = idempotency_key(
+        req.headers()
+            .get_all("idempotency-key")
+            .map(|value| value.as_bytes()),
+    );
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or(req.path(), |pq| pq.as_str());
+    render(answer(&pool, account, key, req.method().as_str(), path, &body).await)
+}
+
+/// The baseline's answer as actix-web's response.
+fn render(answer: Answer) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(answer.status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = HttpResponse::build(status);
+    for (name, value) in answer.headers {
+        response.insert_header((name, value.as_ref()));
+    }
+    response.body(answer.body)
+}
+
+/// The whole protocol for one request, whichever framework received it. `key` is the
+/// `Idempotency-Key` if it is valid ([`idempotency_key`]).
+pub(crate) async fn answer<DB: Hand>(
+    pool: &Pool<DB>,
+    account: Account,
+    key: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Answer {
+    let Some(key) = key else {
         return problem(
             400,
             "send an Idempotency-Key of 1 to 255 visible characters",
         );
     };
-    let Ok(value) = serde_json::from_slice::<Value>(&body) else {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
         return problem(400, "the body is not JSON");
     };
     let order = match NewOrder::deserialize(&value) {
         Ok(order) => order,
         Err(error) => return problem(422, &error.to_string()),
     };
-    let method = req.method().as_str();
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or(req.path(), |pq| pq.as_str());
     // The seed: sha256(canonicalJson({ method, path, body })). serde_json's map is
     // ordered by key, so serializing the parsed value is its canonical form.
     let canonical = serde_json::json!({ "method": method, "path": path, "body": value });
@@ -184,8 +231,8 @@ pub(crate) async fn create_order<DB: Hand>(
         method,
         path,
     };
-    match DB::execute(&pool, &request, &order).await {
-        Ok(response) => response,
+    match DB::execute(pool, &request, &order).await {
+        Ok(answer) => answer,
         Err(error) if <DB as Hand>::is_lock_timeout(&error) => in_progress(),
         // The transaction was dropped, hence rolled back: the key can be retried.
         Err(_) => problem(500, "nothing was saved; retry"),
@@ -204,7 +251,7 @@ macro_rules! hand {
                 pool: &Pool<Self>,
                 request: &HandRequest<'_>,
                 order: &NewOrder,
-            ) -> sqlx::Result<HttpResponse> {
+            ) -> sqlx::Result<Answer> {
                 let HandRequest {
                     account,
                     key,
@@ -247,10 +294,11 @@ macro_rules! hand {
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                Ok(HttpResponse::Created()
-                    .insert_header((header::LOCATION, location))
-                    .content_type(ContentType::json())
-                    .body(body))
+                Ok(Answer {
+                    status: 201,
+                    headers: vec![("location", location.into()), ("content-type", JSON.into())],
+                    body,
+                })
             }
 
             fn is_lock_timeout(error: &sqlx::Error) -> bool {
@@ -276,7 +324,7 @@ hand!(
 );
 
 /// The answer for a key that a row holds already.
-fn answer_existing(row: Option<ExistingRow>, hash: &[u8]) -> HttpResponse {
+fn answer_existing(row: Option<ExistingRow>, hash: &[u8]) -> Answer {
     let Some((stored_hash, state, _locked, code, location, body)) = row else {
         // The holder rolled back between our insert and our select.
         return in_progress();
@@ -292,43 +340,49 @@ fn answer_existing(row: Option<ExistingRow>, hash: &[u8]) -> HttpResponse {
     }
 }
 
-/// 1 to 255 visible ASCII characters, sent once.
-fn idempotency_key(req: &HttpRequest) -> Option<&str> {
-    let mut values = req.headers().get_all("idempotency-key");
-    let key = values.next()?.to_str().ok()?;
+/// 1 to 255 visible ASCII characters, sent once: the request's `Idempotency-Key`
+/// values, in either framework's header type.
+pub(crate) fn idempotency_key<'a>(mut values: impl Iterator<Item = &'a [u8]>) -> Option<&'a str> {
+    let key = std::str::from_utf8(values.next()?).ok()?;
     let valid = values.next().is_none()
         && (1..=255).contains(&key.len())
         && key.bytes().all(|b| b.is_ascii_graphic());
     valid.then_some(key)
 }
 
-fn replay(code: i32, location: Option<String>, body: Vec<u8>) -> HttpResponse {
+/// The content type of every answer that carries an order.
+const JSON: &str = "application/json";
+
+fn replay(code: i32, location: Option<String>, body: Vec<u8>) -> Answer {
     let status = u16::try_from(code)
         .ok()
-        .and_then(|code| actix_web::http::StatusCode::from_u16(code).ok())
-        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = HttpResponse::build(status);
+        .filter(|code| (100..=999).contains(code))
+        .unwrap_or(500);
+    let mut headers = Vec::with_capacity(3);
     if let Some(location) = location {
-        response.insert_header((header::LOCATION, location));
+        headers.push(("location", location.into()));
     }
-    response
-        .insert_header(("idempotent-replayed", "true"))
-        .content_type(ContentType::json())
-        .body(body)
+    headers.push(("idempotent-replayed", "true".into()));
+    headers.push(("content-type", JSON.into()));
+    Answer {
+        status,
+        headers,
+        body,
+    }
 }
 
-fn in_progress() -> HttpResponse {
-    let mut response = problem(409, "a request with this key is in progress");
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-    response
+fn in_progress() -> Answer {
+    let mut answer = problem(409, "a request with this key is in progress");
+    answer.headers.push(("retry-after", "1".into()));
+    answer
 }
 
-fn problem(status: u16, detail: &str) -> HttpResponse {
-    let status = actix_web::http::StatusCode::from_u16(status)
-        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
-    HttpResponse::build(status)
-        .content_type("application/problem+json")
-        .body(serde_json::json!({ "status": status.as_u16(), "detail": detail }).to_string())
+fn problem(status: u16, detail: &str) -> Answer {
+    Answer {
+        status,
+        headers: vec![("content-type", "application/problem+json".into())],
+        body: serde_json::json!({ "status": status, "detail": detail })
+            .to_string()
+            .into_bytes(),
+    }
 }

@@ -27,7 +27,9 @@ mod report;
 mod results;
 mod run;
 mod scale;
+mod scenario;
 mod server;
+mod server_axum;
 mod sqlite;
 mod stats;
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::load::Scenario;
+use crate::scenario::Scenario;
 
 pub(crate) const USAGE: &str = "\
 usage: idem-bench [--quick] [options]

@@ -5,9 +5,9 @@ use std::time::Duration;
 use crate::db::ServerInfo;
 use crate::expiry::ExpiryResults;
 use crate::floor::Breakdown;
-use crate::load::Scenario;
 use crate::options::Options;
 use crate::scale::ScaleResults;
+use crate::scenario::Scenario;
 use crate::sqlite::SqliteResults;
 use crate::stats::Stats;
 

@@ -10,12 +10,13 @@ use crate::cpu::Probe;
 use crate::db;
 use crate::expiry::{self, ExpiryResults};
 use crate::floor::{self, Floor};
-use crate::load::{self, HttpLoad, KeyLog, Mode, STORM_DUPLICATES, Scenario};
+use crate::load::{self, HttpLoad, KeyLog, Mode, STORM_DUPLICATES};
 use crate::memory;
 use crate::options::Options;
 use crate::report;
 use crate::results::{Machine, MemoryResults, PostgresResults, Results};
 use crate::scale;
+use crate::scenario::Scenario;
 use crate::sqlite;
 use crate::stats::Stats;
 
@@ -121,6 +122,7 @@ struct Completed {
     idem: Arc<KeyLog>,
     hand: Arc<KeyLog>,
     floor: Arc<KeyLog>,
+    axum_idem: Arc<KeyLog>,
 }
 
 /// The HTTP load of a scenario of the table; `None` for the floor.
@@ -139,6 +141,17 @@ fn http_load(scenario: Scenario, completed: &Completed) -> Option<HttpLoad> {
         Scenario::HandReplay => ("/hand/orders", Mode::Replay(Arc::clone(&completed.hand))),
         Scenario::Storm => ("/idem/orders", Mode::Storm),
         Scenario::Phased => ("/phased/orders", Mode::Fresh(None)),
+        // The axum server has the same paths (`server_axum.rs`).
+        Scenario::AxumBare => ("/bare/orders", Mode::Fresh(None)),
+        Scenario::AxumHand => ("/hand/orders", Mode::Fresh(None)),
+        Scenario::AxumIdem => (
+            "/idem/orders",
+            Mode::Fresh(Some(Arc::clone(&completed.axum_idem))),
+        ),
+        Scenario::AxumReplay => (
+            "/idem/orders",
+            Mode::Replay(Arc::clone(&completed.axum_idem)),
+        ),
         Scenario::FloorBare
         | Scenario::FloorHand
         | Scenario::FloorProtocol
@@ -183,7 +196,12 @@ async fn run_scenario_inner(
         }
         _ => {
             let load = http_load(scenario, completed).expect("an HTTP scenario");
-            load::run(server.addr, &load, c, duration).await
+            let addr = if scenario.on_axum() {
+                server.axum
+            } else {
+                server.addr
+            };
+            load::run(addr, &load, c, duration).await
         }
     }
 }

@@ -1,8 +1,10 @@
 //! `idem-bench serve`: the HTTP server under test, run as a child process so that its
 //! peak memory is its own and not the load generator's.
 //!
-//! Prints `listening <addr>` on stdout once it accepts connections, and stops when its
-//! stdin closes, which happens when the parent exits for any reason.
+//! Serves the same handlers under axum too (`server_axum.rs`), on another port of the
+//! same process and the same pool. Prints `axum <addr>`, then `listening <addr>` (the
+//! actix-web one) on stdout once both accept connections, and stops when its stdin
+//! closes, which happens when the parent exits for any reason.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -13,8 +15,8 @@ use sqlx::Pool;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::hand::Hand;
 use crate::orders::{self, Account, NewOrder, OrderStore, internal};
+use crate::server_axum::AxumRoutes;
 
 /// The size of the body the large-response scenarios answer with.
 pub(crate) const BIG_BODY: usize = 1024 * 1024;
@@ -207,10 +209,11 @@ async fn sqlite_pool(args: &ServeArgs) -> Result<Pool<sqlx::Sqlite>, String> {
         .map_err(|e| format!("cannot open the database: {e}"))
 }
 
-async fn serve_on<DB: Hand>(pool: Pool<DB>) -> Result<(), String> {
+async fn serve_on<DB: AxumRoutes>(pool: Pool<DB>) -> Result<(), String> {
     let idem = idem::Idem::new(pool.clone())
         // Explicit, so the 1 MiB scenarios do not depend on the default limit.
         .max_stored_bytes(2 * BIG_BODY);
+    let axum = crate::server_axum::start(pool.clone(), idem.clone(), workers())?;
     let data = web::Data::new(pool);
     let server = HttpServer::new(move || {
         App::new()
@@ -240,6 +243,7 @@ async fn serve_on<DB: Hand>(pool: Pool<DB>) -> Result<(), String> {
         actix_web::rt::System::new().block_on(handle.stop(true));
     });
     let mut stdout = std::io::stdout();
+    writeln!(stdout, "axum {axum}").map_err(|e| e.to_string())?;
     writeln!(stdout, "listening {addr}").map_err(|e| e.to_string())?;
     stdout.flush().map_err(|e| e.to_string())?;
     server.await.map_err(|e| format!("server failed: {e}"))

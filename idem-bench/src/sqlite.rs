@@ -18,9 +18,10 @@ use sqlx::{AssertSqlSafe, Connection, Executor, Sqlite};
 
 use crate::child::Server;
 use crate::cpu::Probe;
-use crate::load::{self, HttpLoad, KeyLog, Mode, Scenario, new_key};
+use crate::load::{self, HttpLoad, KeyLog, Mode, new_key};
 use crate::options::Options;
 use crate::orders::{Account, OrderStore};
+use crate::scenario::Scenario;
 use crate::stats::Stats;
 
 /// The scenarios measured on SQLite, in the order of the table.

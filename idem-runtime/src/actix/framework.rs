@@ -1,7 +1,7 @@
 //! The core's `Framework` for actix-web, and the conversions between actix-web's `http`
 //! 0.2 types and the core's `http` 1.x ones.
 
-use actix_web::body::{self, BodyLimitExceeded, BoxBody};
+use actix_web::body::{self, BodyLimitExceeded, BoxBody, MessageBody as _};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::web::Bytes;
@@ -34,6 +34,14 @@ impl Framework for Actix {
         limit: usize,
     ) -> Result<(Self::Head, Bytes), Unbuffered> {
         let (head, body) = response.into_parts();
+        // A body already in memory (what `.body(..)`, `.json(..)` and most responders
+        // make) is taken as it is: `to_bytes_limited` would copy it into a new buffer,
+        // a second megabyte for a 1 MiB answer until it is sent.
+        let body = match body.try_into_bytes() {
+            Ok(bytes) if bytes.len() > limit => return Err(Unbuffered::TooLarge),
+            Ok(bytes) => return Ok((head, bytes)),
+            Err(body) => body,
+        };
         match body::to_bytes_limited(body, limit).await {
             Ok(Ok(bytes)) => Ok((head, bytes)),
             Ok(Err(error)) => Err(Unbuffered::Failed(error.to_string())),
@@ -154,6 +162,24 @@ mod tests {
     use actix_web::http::header;
 
     use super::*;
+
+    /// A body already in memory is stored and sent as the very bytes the handler made.
+    #[tokio::test]
+    async fn buffering_a_body_in_memory_does_not_copy_it() {
+        let body = Bytes::from(vec![b'x'; 1024 * 1024]);
+        let response = HttpResponse::Ok().body(body.clone());
+        let Ok((_, buffered)) = Actix::buffer(response, 2 * 1024 * 1024).await else {
+            panic!("a body under the limit is buffered");
+        };
+        assert_eq!(buffered.as_ptr(), body.as_ptr());
+        assert_eq!(buffered.len(), body.len());
+
+        let response = HttpResponse::Ok().body(body);
+        assert!(matches!(
+            Actix::buffer(response, 1024).await,
+            Err(Unbuffered::TooLarge)
+        ));
+    }
 
     #[test]
     fn headers_round_trip_in_order_with_repeats() {

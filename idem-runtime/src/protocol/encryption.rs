@@ -313,7 +313,7 @@ pub(crate) fn open(
             None => Err("sealed, and idem has no keyring (Idem::encrypt_with)".to_owned()),
         };
         match opened {
-            Ok(clear) => *value = Some(clear),
+            Ok(clear) => *value = Some(clear.into()),
             Err(reason) => return Err(unreadable(field, &reason)),
         }
     }

@@ -185,10 +185,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                     .ok()
                     .and_then(|s| http::StatusCode::from_u16(s).ok())
                     .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-                (
-                    W::replay(status, &headers, Bytes::from(body)),
-                    Outcome::Replayed,
-                )
+                (W::replay(status, &headers, body), Outcome::Replayed)
             }
             _ => answer::<W>(in_progress()),
         }

@@ -11,7 +11,8 @@
 //!   (`<db>/maintenance.rs`).
 //!
 //! The store imports nothing from the rest of the crate: the records it returns are
-//! defined here. A second database is one more folder implementing the four traits.
+//! defined here (a stored response comes back as `bytes::Bytes`, the type the protocol
+//! replays, read without a copy: `stored_bytes.rs`). A second database is one more folder implementing the four traits.
 
 use std::future::Future;
 use std::time::Duration;
@@ -27,6 +28,7 @@ mod records;
 mod requests;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+mod stored_bytes;
 
 pub use records::{
     AgeCounts, BODY_PREVIEW_BYTES, InProgressKey, IndexSize, KeyRecord, KeyStats, StateCount,

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::Digest;
+use super::stored_bytes::StoredBytes;
 
 /// Everything a claim writes about a request.
 #[doc(hidden)]
@@ -44,8 +47,10 @@ pub struct ExistingKey {
     pub path: String,
     pub completed: bool,
     pub response_status: Option<i16>,
-    pub response_headers: Option<Vec<u8>>,
-    pub response_body: Option<Vec<u8>>,
+    pub response_headers: Option<Bytes>,
+    /// On PostgreSQL, a share of the buffer the row was read into: a replay sends it as
+    /// it is.
+    pub response_body: Option<Bytes>,
     /// Which life of the key the row is: a new one begins whenever the key is claimed
     /// anew (after its row was deleted, or reclaimed after its retention). The stored
     /// response is sealed to it.
@@ -62,12 +67,20 @@ pub(crate) struct KeyColumns {
     path: Option<String>,
     state: Option<String>,
     response_status: Option<i16>,
-    response_headers: Option<Vec<u8>>,
-    response_body: Option<Vec<u8>>,
+    response_headers: Option<StoredBytes>,
+    response_body: Option<StoredBytes>,
     pub(crate) generation: i64,
 }
 
 impl KeyColumns {
+    /// The size of the stored response's header block and body, as read.
+    pub(crate) fn stored_len(&self) -> usize {
+        [&self.response_headers, &self.response_body]
+            .iter()
+            .map(|value| value.as_ref().map_or(0, |b| b.0.len()))
+            .sum()
+    }
+
     /// The row as the protocol compares and replays it.
     pub(crate) fn into_existing(self) -> ExistingKey {
         ExistingKey {
@@ -76,8 +89,8 @@ impl KeyColumns {
             path: self.path.unwrap_or_default(),
             completed: self.state.as_deref() == Some("completed"),
             response_status: self.response_status,
-            response_headers: self.response_headers,
-            response_body: self.response_body,
+            response_headers: self.response_headers.map(|b| b.0),
+            response_body: self.response_body.map(|b| b.0),
             generation: self.generation,
         }
     }

@@ -205,7 +205,10 @@ impl Backend for Postgres {
                     generation: row.key.generation,
                 });
             }
-            Some(row) if !row.expired => return Ok(Claim::Existing(row.key.into_existing())),
+            Some(row) if !row.expired => {
+                shrink_after(conn, row.key.stored_len());
+                return Ok(Claim::Existing(row.key.into_existing()));
+            }
             Some(_) | None => {}
         }
         // The key is expired, or its holder committed while we waited: look again
@@ -220,7 +223,10 @@ impl Backend for Postgres {
                 .fetch_optional(&mut *conn)
                 .await?;
             match row {
-                Some(row) if !row.expired => return Ok(Claim::Existing(row.key.into_existing())),
+                Some(row) if !row.expired => {
+                    shrink_after(conn, row.key.stored_len());
+                    return Ok(Claim::Existing(row.key.into_existing()));
+                }
                 Some(_) => continue,
                 None => break,
             }
@@ -240,8 +246,9 @@ impl Backend for Postgres {
             .bind(status)
             .bind(response.headers)
             .bind(response.body)
-            .fetch_optional(conn)
+            .fetch_optional(&mut *conn)
             .await?;
+        shrink_after(conn, response.headers.len() + response.body.len());
         Ok(match in_transaction {
             None => Completion::RowGone,
             Some(true) => Completion::Recorded,
@@ -255,6 +262,22 @@ impl Backend for Postgres {
 
     fn is_aborted_transaction(error: &sqlx::Error) -> bool {
         sqlstate_is(error, IN_FAILED_SQL_TRANSACTION)
+    }
+}
+
+/// sqlx keeps a connection's read and write buffers as large as the largest message they
+/// held, for as long as the pool keeps the connection: after a statement that carried a
+/// large stored response (a 1 MiB body written by the completion, or read back for a
+/// replay), every idle connection of the pool would hold a megabyte or two. Above this
+/// size they are given back once the statement is done; below it, keeping them saves
+/// growing them again.
+const SHRINK_ABOVE: usize = 64 * 1024;
+
+fn shrink_after(conn: &mut PgConnection, stored: usize) {
+    if stored > SHRINK_ABOVE {
+        // A replay's body still shares the read buffer's memory; the connection lets go
+        // of its part and takes a fresh small buffer.
+        sqlx::Connection::shrink_buffers(conn);
     }
 }
 
