@@ -1,11 +1,12 @@
 //! The example binary publishes idem's metrics in Prometheus text at `GET /metrics` and
-//! its OpenAPI document, with idem's additions, at `GET /openapi.json`.
+//! its OpenAPI document, with idem's additions, at `GET /openapi.json`: both binaries,
+//! actix-web's `orders` and axum's `orders-axum`.
 
 mod phased_support;
 mod support;
 
 use idem_testkit::TestDb;
-use phased_support::{Example, send};
+use phased_support::{Example, example_tests, send};
 use serde_json::json;
 use support::{ALICE, order_json};
 
@@ -22,10 +23,9 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .map(|line| line.rsplit(' ').next().unwrap().parse().expect("a number"))
 }
 
-#[tokio::test]
-async fn the_example_serves_metrics_and_its_openapi_document() {
+async fn the_example_serves_metrics_and_its_openapi_document(binary: &'static str) {
     let db = TestDb::new().await;
-    let example = Example::start(db.url(), None).await;
+    let example = Example::start_as(binary, db.url(), None).await;
     let client = reqwest::Client::new();
     let order = || {
         client
@@ -51,9 +51,9 @@ async fn the_example_serves_metrics_and_its_openapi_document() {
         metrics.header("content-type")
     );
     let text = metrics.text();
-    // The example's handlers are generic over the database and registered with
-    // `.route(..)`, so `#[idempotent]` sees no route attribute: the endpoint label is the
-    // handler's name.
+    // The example's handlers are registered with `.route(..)`, so the macro sees no route
+    // attribute: the endpoint label is the handler's name (on axum, the one handler of
+    // the database that serves).
     let endpoint = "endpoint=\"create_order\"";
     for outcome in ["executed", "replayed"] {
         let label = format!("outcome=\"{outcome}\"");
@@ -110,3 +110,5 @@ async fn the_example_serves_metrics_and_its_openapi_document() {
     }
     example.stop().await;
 }
+
+example_tests!(the_example_serves_metrics_and_its_openapi_document);

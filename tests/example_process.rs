@@ -1,5 +1,7 @@
 //! `cargo run --example orders` as a client meets it: the real binary, started with
 //! `DATABASE_URL` (PostgreSQL or SQLite, or none) and `BIND_ADDR`, spoken to over HTTP.
+//! Every test runs against both binaries of the one contract: actix-web's `orders` and
+//! axum's `orders-axum`.
 
 mod phased_support;
 mod support;
@@ -8,7 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use phased_support::{example_binary, free_port};
+use phased_support::{example_binary_of, example_tests, free_port};
 use serde_json::Value;
 use support::{ALICE, APP_PROBLEM, TestBackend, order_json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -20,9 +22,9 @@ const STARTUP: Duration = Duration::from_secs(30);
 /// Starts the example on a free port and waits for it to say it serves; returns the
 /// child (killed when dropped) and its base URL. Without `database_url` it runs in `dir`
 /// with `DATABASE_URL` unset.
-async fn start_example(database_url: Option<&str>, dir: &Path) -> (Child, String) {
+async fn start_example(example: &str, database_url: Option<&str>, dir: &Path) -> (Child, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut command = Command::new(example_binary());
+    let mut command = Command::new(example_binary_of(example));
     match database_url {
         Some(url) => command.env("DATABASE_URL", url),
         None => command.env_remove("DATABASE_URL"),
@@ -87,9 +89,10 @@ async fn send(request: reqwest::RequestBuilder) -> HttpReply {
     }
 }
 
-async fn the_example_serves_the_protocol_over_http<DB: TestBackend>() {
+async fn the_example_serves_the_protocol_over_http<DB: TestBackend>(example: &str) {
     let (db, pool) = DB::open().await;
-    let (mut child, base) = start_example(Some(&DB::url(&db)), &std::env::temp_dir()).await;
+    let (mut child, base) =
+        start_example(example, Some(&DB::url(&db)), &std::env::temp_dir()).await;
     let client = reqwest::Client::new();
     let body = order_json("green tea", 2, 1299);
     let create = || {
@@ -176,12 +179,17 @@ async fn the_example_serves_the_protocol_over_http<DB: TestBackend>() {
     child.kill().await.expect("stop the example");
 }
 
-support::backend_tests!(the_example_serves_the_protocol_over_http);
+async fn it_serves_the_protocol_over_http_on_postgres(example: &'static str) {
+    the_example_serves_the_protocol_over_http::<sqlx::Postgres>(example).await;
+}
+
+async fn it_serves_the_protocol_over_http_on_sqlite(example: &'static str) {
+    the_example_serves_the_protocol_over_http::<sqlx::Sqlite>(example).await;
+}
 
 /// The newcomer's `cargo run --example orders`: no `DATABASE_URL`, so a SQLite file in
 /// the current directory, named at startup; the orders survive a restart.
-#[tokio::test]
-async fn without_database_url_it_keeps_orders_in_a_sqlite_file() {
+async fn without_database_url_it_keeps_orders_in_a_sqlite_file(example: &'static str) {
     let dir = idem_testkit::TestSqlite::new();
     let cwd = dir.path().parent().expect("the database's directory");
     let create = |base: &str| {
@@ -193,7 +201,7 @@ async fn without_database_url_it_keeps_orders_in_a_sqlite_file() {
             .body(order_json("tea", 1, 100))
     };
 
-    let (mut child, base) = start_example(None, cwd).await;
+    let (mut child, base) = start_example(example, None, cwd).await;
     let created = send(create(&base)).await;
     assert_eq!(
         created.status,
@@ -207,16 +215,15 @@ async fn without_database_url_it_keeps_orders_in_a_sqlite_file() {
         "the default file is orders.db"
     );
 
-    let (mut child, base) = start_example(None, cwd).await;
+    let (mut child, base) = start_example(example, None, cwd).await;
     let replayed = send(create(&base)).await;
     assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
     assert_eq!(replayed.body, created.body, "the key survived the restart");
     child.kill().await.expect("stop the example");
 }
 
-#[tokio::test]
-async fn an_unknown_database_url_exits_with_a_clear_message() {
-    let output = Command::new(example_binary())
+async fn an_unknown_database_url_exits_with_a_clear_message(example: &'static str) {
+    let output = Command::new(example_binary_of(example))
         .env("DATABASE_URL", "mysql://localhost/orders")
         .env("BIND_ADDR", format!("127.0.0.1:{}", free_port()))
         .stdin(Stdio::null())
@@ -235,3 +242,10 @@ async fn an_unknown_database_url_exits_with_a_clear_message() {
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(output.stdout.is_empty(), "it did not start serving");
 }
+
+example_tests!(
+    it_serves_the_protocol_over_http_on_postgres,
+    it_serves_the_protocol_over_http_on_sqlite,
+    without_database_url_it_keeps_orders_in_a_sqlite_file,
+    an_unknown_database_url_exits_with_a_clear_message,
+);

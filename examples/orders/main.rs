@@ -4,7 +4,11 @@
 //! ```text
 //! cargo run --example orders                                                # SQLite
 //! DATABASE_URL=postgres://localhost/orders cargo run --example orders      # PostgreSQL
+//! cargo run --example orders-axum                                 # the same on axum
 //! ```
+//!
+//! This binary serves it with actix-web; `examples/orders-axum` serves the same contract
+//! with axum, from the same `domain/` files.
 //!
 //! Environment: `DATABASE_URL` and `BIND_ADDR` (default `127.0.0.1:8080`). The database
 //! decides the backend: a `postgres://` (or `postgresql://`) URL uses PostgreSQL; a
@@ -100,185 +104,40 @@ mod openapi;
 mod payments;
 mod webhooks;
 
-use std::net::TcpListener;
 use std::process::ExitCode;
-use std::str::FromStr;
-use std::time::Duration;
 
 use actix_web::{App, HttpServer};
-use sqlx::Pool;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 
-use payments::PaymentStore;
-
-/// The SQLite database without `DATABASE_URL`.
-const DEFAULT_DATABASE_URL: &str = "sqlite://orders.db";
+use app::domain::payment_store::PaymentStore;
+use app::domain::startup::{Server, Service};
+use app::domain::webhooks::WebhookStore;
 
 #[actix_web::main]
 async fn main() -> ExitCode {
-    let database_url = std::env::var("DATABASE_URL")
-        .ok()
-        .map(|url| url.trim().to_owned())
-        .filter(|url| !url.is_empty())
-        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
-    let bind_addr = std::env::var("BIND_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
-    let crash_after = match std::env::var("IDEM_EXAMPLE_CRASH_AFTER") {
-        Err(_) => None,
-        Ok(point) => match payments::CRASH_POINTS.iter().find(|p| **p == point) {
-            Some(point) => Some(*point),
-            None => {
-                eprintln!(
-                    "orders: IDEM_EXAMPLE_CRASH_AFTER={point:?} is not a crash point; use one of {}",
-                    payments::CRASH_POINTS.join(", ")
-                );
-                return ExitCode::FAILURE;
-            }
-        },
-    };
-
-    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
-        println!("orders: database PostgreSQL (DATABASE_URL)");
-        let pool = PgPoolOptions::new()
-            .max_connections(20)
-            .acquire_timeout(app::ACQUIRE_TIMEOUT)
-            .connect(&database_url)
-            .await;
-        match pool {
-            Ok(pool) => serve(pool, &bind_addr, crash_after).await,
-            Err(error) => {
-                eprintln!(
-                    "orders: cannot connect to DATABASE_URL within {:?} (is the database up and \
-                     reachable?): {error}",
-                    app::ACQUIRE_TIMEOUT
-                );
-                ExitCode::FAILURE
-            }
-        }
-    } else if database_url.starts_with("sqlite:") {
-        let options = match SqliteConnectOptions::from_str(&database_url) {
-            Ok(options) => options,
-            Err(error) => {
-                eprintln!("orders: DATABASE_URL is not a SQLite URL: {error}");
-                return ExitCode::FAILURE;
-            }
-        };
-        println!(
-            "orders: database SQLite {}",
-            options.get_filename().display()
-        );
-        // WAL lets reads go on while a request writes; writers take turns (idem's
-        // `BEGIN IMMEDIATE`), each waiting up to the busy timeout for the lock.
-        let options = options
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(20)
-            .acquire_timeout(app::ACQUIRE_TIMEOUT)
-            .connect_with(options)
-            .await;
-        match pool {
-            Ok(pool) => serve(pool, &bind_addr, crash_after).await,
-            Err(error) => {
-                eprintln!("orders: cannot open DATABASE_URL: {error}");
-                ExitCode::FAILURE
-            }
-        }
-    } else {
-        eprintln!(
-            "orders: DATABASE_URL must start with postgres://, postgresql:// or sqlite:, \
-             or be unset for {DEFAULT_DATABASE_URL}"
-        );
-        ExitCode::FAILURE
-    }
+    app::domain::startup::main::<Actix>().await
 }
 
-/// Migrates, then serves the same application on either database.
-async fn serve<DB: PaymentStore + webhooks::WebhookStore>(
-    pool: Pool<DB>,
-    bind_addr: &str,
-    crash_after: Option<&'static str>,
-) -> ExitCode {
-    if let Err(error) = app::setup(&pool).await {
-        eprintln!("orders: migrations failed: {error}");
-        return ExitCode::FAILURE;
-    }
+/// actix-web's server, with every route of the service.
+struct Actix;
 
-    // What operators should know: which endpoints are idempotent and how long keys live.
-    for policy in idem::policies() {
-        let route = policy.route().map_or_else(
-            || policy.handler().to_owned(),
-            |(method, path)| format!("{method} {path}"),
-        );
-        let lease = policy
-            .lease()
-            .map(|lease| format!(", lease {}ms", lease.as_millis()))
-            .unwrap_or_default();
-        println!(
-            "orders: idempotent {route}: scope {}, retention {}s{lease}",
-            policy.scope(),
-            policy.retention().as_secs()
-        );
-    }
-    // Bound before the app is built: the payments call the provider at this address.
-    let listener = match TcpListener::bind(bind_addr).and_then(|l| Ok((l.local_addr()?, l))) {
-        Ok(bound) => bound,
-        Err(error) => {
-            eprintln!("orders: cannot listen on {bind_addr}: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let (local_addr, listener) = listener;
-    // The provider signs its webhooks with this secret, and the receiver verifies them.
-    let secret = std::env::var("PROVIDER_WEBHOOK_SECRET")
-        .unwrap_or_else(|_| webhooks::DEFAULT_SECRET.to_owned());
-    let verifier = match idem::WebhookVerifier::new(webhooks::SENDER, &secret) {
-        Ok(verifier) => verifier,
-        Err(error) => {
-            eprintln!("orders: PROVIDER_WEBHOOK_SECRET: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let settings = payments::Settings::new(format!("http://{local_addr}"), crash_after)
-        .with_webhooks(verifier.clone());
-    let metrics = match observability::install_metrics() {
-        Ok(metrics) => metrics,
-        Err(error) => {
-            eprintln!("orders: cannot install the metrics recorder: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let relay = payments::spawn_relay(pool.clone());
-    // Keys past their retention are deleted in short batches; without this task the key
-    // table only grows.
-    let expiry = idem::Expiry::new(pool.clone()).spawn();
-    let idem = idem::Idem::new(pool);
-    let server = HttpServer::new(move || {
-        App::new()
-            .configure(|cfg| app::configure(cfg, &idem))
-            .configure(|cfg| payments::configure::<DB>(cfg, settings.clone()))
-            .configure(|cfg| webhooks::configure::<DB>(cfg, verifier.clone()))
-            .configure(|cfg| observability::configure(cfg, &metrics))
-    });
-    let server = match server.listen(listener) {
-        Ok(server) => server,
-        Err(error) => {
-            eprintln!("orders: cannot listen on {bind_addr}: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    for addr in server.addrs() {
-        println!("orders: serving on http://{addr}");
-    }
-    let served = server.run().await;
-    relay.stop().await;
-    expiry.stop().await;
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("orders: server failed: {error}");
-            ExitCode::FAILURE
-        }
+impl<DB: PaymentStore + WebhookStore> Server<DB> for Actix {
+    async fn serve(service: Service<DB>) -> std::io::Result<()> {
+        let Service {
+            idem,
+            listener,
+            settings,
+            verifier,
+            metrics,
+        } = service;
+        HttpServer::new(move || {
+            App::new()
+                .configure(|cfg| app::configure(cfg, &idem))
+                .configure(|cfg| payments::configure::<DB>(cfg, settings.clone()))
+                .configure(|cfg| webhooks::configure::<DB>(cfg, verifier.clone()))
+                .configure(|cfg| observability::configure(cfg, &metrics))
+        })
+        .listen(listener)?
+        .run()
+        .await
     }
 }

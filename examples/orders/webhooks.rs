@@ -1,34 +1,20 @@
-//! `POST /webhooks/provider`: the payment provider's signed events, each recorded once.
-//!
-//! The provider signs every delivery the Standard Webhooks way (`webhook-id`,
-//! `webhook-timestamp`, `webhook-signature`: HMAC-SHA256 of id, timestamp and body) and
-//! delivers again on any non-2xx answer and on a timeout, for days. The handler's key is
-//! the `webhook-id` header and its scope the sender, which [`idem::SignedWebhook`] verifies
-//! before anything is stored; so the first delivery of an event records it, a redelivery
-//! gets the stored 200 without running the handler, and the same id with another body is
-//! a 422 (logged as an error).
+//! `POST /webhooks/provider` on actix-web: the payment provider's signed events, each
+//! recorded once. What an event is and how it is recorded is in `domain/webhooks.rs`,
+//! shared with the axum binary; this file holds the route and its extractors.
 //!
 //! Kept free of the binary's parts (like `app.rs`), so the in-process tests include it.
-
-use std::future::Future;
 
 use actix_web::error::JsonPayloadError;
 use actix_web::http::Method;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::{Deserialize, Serialize};
-use sqlx::{Postgres, Sqlite};
 
-use crate::app::{AppError, Store, TestHooks, json_error, resource};
+use crate::app::domain::webhooks::{Event, receive_event};
+use crate::app::{AppError, TestHooks, json_error, resource};
 
-/// The provider's name: the scope of its events' ids.
-pub(crate) const SENDER: &str = "provider";
-
-/// The secret the example's provider signs with (`whsec_` and base64), unless
-/// `PROVIDER_WEBHOOK_SECRET` gives another.
-pub(crate) const DEFAULT_SECRET: &str = "whsec_aWRlbS1leGFtcGxlLXByb3ZpZGVyLXNlY3JldA==";
-
-/// The path the provider delivers to.
-pub(crate) const PATH: &str = "/webhooks/provider";
+pub(crate) use crate::app::domain::webhooks::{PATH, WebhookStore};
+// The tests sign their deliveries with these.
+#[allow(unused_imports)]
+pub(crate) use crate::app::domain::webhooks::{DEFAULT_SECRET, SENDER};
 
 /// Registers the receiver and its verifier.
 pub(crate) fn configure<DB: WebhookStore>(
@@ -52,32 +38,6 @@ fn event_json_error(error: JsonPayloadError, req: &HttpRequest) -> actix_web::Er
     }
 }
 
-/// An event as the provider sends it.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Event {
-    /// The event's id; the same as its `webhook-id` header.
-    pub(crate) id: String,
-    /// `charge.succeeded`; other types are acknowledged and ignored.
-    #[serde(rename = "type")]
-    pub(crate) kind: String,
-    pub(crate) data: ChargeData,
-}
-
-/// What a `charge.succeeded` event says.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ChargeData {
-    pub(crate) charge_id: String,
-    pub(crate) amount_cents: i64,
-    pub(crate) currency: String,
-}
-
-/// The answer to a delivery, stored and replayed to every redelivery.
-#[derive(Debug, Serialize)]
-struct Received {
-    event_id: String,
-    recorded: bool,
-}
-
 /// `POST /webhooks/provider`. Retention 5 days: longer than the provider retries (3 days).
 #[idem::idempotent(scope = sender, key = header("webhook-id"), retention = "5d")]
 async fn provider_event<DB: WebhookStore>(
@@ -86,58 +46,6 @@ async fn provider_event<DB: WebhookStore>(
     event: web::Json<Event>,
     hooks: TestHooks,
 ) -> Result<HttpResponse, AppError> {
-    let event = event.into_inner();
-    if event.id != sender.id() {
-        return Err(AppError::InvalidEvent(format!(
-            "the body's id {:?} is not the webhook-id {:?}",
-            event.id,
-            sender.id()
-        )));
-    }
-    let recorded = event.kind == "charge.succeeded";
-    if recorded {
-        DB::record_charge_event(&mut tx, &event.id, &event.data).await?;
-    }
-    hooks.after_insert().await?;
-    Ok(HttpResponse::Ok().json(Received {
-        event_id: event.id,
-        recorded,
-    }))
+    let received = receive_event::<DB>(&mut tx, sender.id(), event.into_inner(), &hooks).await?;
+    Ok(HttpResponse::Ok().json(received))
 }
-
-/// The receiver's SQL, for both databases.
-pub(crate) trait WebhookStore: Store {
-    /// Records a charge event in the request's transaction.
-    fn record_charge_event(
-        conn: &mut Self::Connection,
-        event_id: &str,
-        charge: &ChargeData,
-    ) -> impl Future<Output = sqlx::Result<()>>;
-}
-
-macro_rules! webhook_store {
-    ($db:ty) => {
-        impl WebhookStore for $db {
-            async fn record_charge_event(
-                conn: &mut Self::Connection,
-                event_id: &str,
-                charge: &ChargeData,
-            ) -> sqlx::Result<()> {
-                sqlx::query(
-                    "INSERT INTO charge_events (event_id, charge_id, amount_cents, currency) \
-                     VALUES ($1, $2, $3, $4)",
-                )
-                .bind(event_id)
-                .bind(&charge.charge_id)
-                .bind(charge.amount_cents)
-                .bind(&charge.currency)
-                .execute(conn)
-                .await?;
-                Ok(())
-            }
-        }
-    };
-}
-
-webhook_store!(Postgres);
-webhook_store!(Sqlite);

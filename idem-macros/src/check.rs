@@ -447,7 +447,8 @@ fn axum_route_attribute(attr: &Attribute, name: &Ident) -> syn::Error {
 /// The extractors that read the request's body, by the last segment of their path: axum
 /// runs them only as a handler's last extractor (`FromRequest`), and the others through
 /// `FromRequestParts`. Others are reported by the compiler, at the router.
-const BODY_EXTRACTORS: [&str; 9] = [
+/// (`SignedWebhook` is not one: it verifies the body idem buffered from the head.)
+const BODY_EXTRACTORS: [&str; 8] = [
     "Json",
     "Form",
     "String",
@@ -456,7 +457,6 @@ const BODY_EXTRACTORS: [&str; 9] = [
     "Request",
     "RawForm",
     "Multipart",
-    "SignedWebhook",
 ];
 
 /// What axum requires of a handler that the generated one cannot offer: generics (the

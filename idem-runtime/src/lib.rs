@@ -23,6 +23,8 @@ pub use protocol::metrics;
 pub use protocol::{phased, problem};
 
 // What a handler and its application use, at the root.
+#[cfg(feature = "axum")]
+pub use axum::{IdempotencyLayer, IdempotentService};
 pub use inbox::{Delivery, Inbox};
 pub use maintenance::{TaskHandle, migrate};
 pub use protocol::Headers;

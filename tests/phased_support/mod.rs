@@ -1,6 +1,6 @@
 //! Shared by the tests of the phased form: a table the test handlers write their side
 //! effects to, a way to hold an attempt at a point the test chooses, what idem stored
-//! for a key, and the example binary started as a child process.
+//! for a key, and the example binaries (actix-web's and axum's) started as child processes.
 //!
 //! Every test file says `mod support; mod phased_support;` and uses the part it needs.
 #![allow(dead_code)]
@@ -115,35 +115,88 @@ impl Gate {
     }
 }
 
-/// Builds the example (a no-op when `cargo test` already did) and returns its path.
-///
-/// `cargo test --test <name>` alone does not build examples, and a binary left in
-/// `target/debug/examples` may be stale, so ask cargo for the current one, once per test
-/// process.
+/// The example binaries, one per web framework, serving the same HTTP contract: a
+/// black-box test runs against each (see [`example_tests!`]).
+pub(crate) const EXAMPLES: [&str; 2] = ["orders", "orders-axum"];
+
+/// Instantiates each `async fn name(example: &'static str)` once per binary of
+/// [`EXAMPLES`], as `orders::name` and `orders_axum::name`, so one test command runs both.
+#[allow(unused_macros)] // Each test file uses the part of this module it needs.
+macro_rules! example_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod orders {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name("orders").await;
+                }
+            )+
+        }
+        mod orders_axum {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name("orders-axum").await;
+                }
+            )+
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use example_tests;
+
+/// Builds the actix-web example `orders` (a no-op when `cargo test` already did) and
+/// returns its path.
 pub(crate) fn example_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(build_example).clone()
+    example_binary_of("orders")
 }
 
-fn build_example() -> PathBuf {
+/// Builds the example binary `name`, one of [`EXAMPLES`], and returns its path.
+///
+/// `cargo test --test <name>` alone does not build examples, and a binary left in
+/// `target/debug/examples` may be stale, so ask cargo for the current ones (all of them
+/// in one build), once per test process.
+pub(crate) fn example_binary_of(name: &str) -> PathBuf {
+    static BINARIES: OnceLock<Vec<(String, PathBuf)>> = OnceLock::new();
+    let binaries = BINARIES.get_or_init(build_examples);
+    binaries
+        .iter()
+        .find(|(example, _)| example == name)
+        .map(|(_, path)| path.clone())
+        .unwrap_or_else(|| panic!("{name} is not one of {EXAMPLES:?}"))
+}
+
+fn build_examples() -> Vec<(String, PathBuf)> {
+    let mut args = vec!["build", "--message-format=json"];
+    for example in EXAMPLES {
+        args.extend(["--example", example]);
+    }
     let output = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--example", "orders", "--message-format=json"])
+        .args(&args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stderr(Stdio::inherit())
         .output()
-        .expect("run cargo build --example orders");
-    assert!(
-        output.status.success(),
-        "cargo build --example orders failed"
-    );
+        .expect("run cargo build --example ..");
+    assert!(output.status.success(), "cargo {} failed", args.join(" "));
     let stdout = String::from_utf8(output.stdout).expect("cargo's messages are UTF-8");
-    stdout
+    let built: Vec<(String, PathBuf)> = stdout
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|message| message["reason"] == "compiler-artifact")
-        .filter(|message| message["target"]["name"] == "orders")
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .expect("cargo reported the example's executable")
+        .filter_map(|message| {
+            let name = message["target"]["name"].as_str()?;
+            let path = message["executable"].as_str()?;
+            EXAMPLES
+                .contains(&name)
+                .then(|| (name.to_owned(), PathBuf::from(path)))
+        })
+        .collect();
+    assert_eq!(
+        built.len(),
+        EXAMPLES.len(),
+        "cargo reported each example's executable: {built:?}"
+    );
+    built
 }
 
 pub(crate) fn free_port() -> u16 {
@@ -166,8 +219,17 @@ impl Example {
     /// Starts the example on `database_url` and a free port, with `IDEM_EXAMPLE_CRASH_AFTER=crash_after` if
     /// given, and waits for it to say it serves. The child is killed when dropped.
     pub(crate) async fn start(database_url: &str, crash_after: Option<&str>) -> Self {
+        Self::start_as("orders", database_url, crash_after).await
+    }
+
+    /// [`start`](Self::start) for the example binary `example`, one of [`EXAMPLES`].
+    pub(crate) async fn start_as(
+        example: &str,
+        database_url: &str,
+        crash_after: Option<&str>,
+    ) -> Self {
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut command = Command::new(example_binary());
+        let mut command = Command::new(example_binary_of(example));
         command
             .env("DATABASE_URL", database_url)
             .env("BIND_ADDR", &addr)

@@ -33,7 +33,7 @@ impl FromRequest for SignedWebhook {
         // The headers are read now, so the future holds no copy of the map.
         let checked = match verifier {
             Some(verifier) => Delivery::read(req.headers()).map(|delivery| (verifier, delivery)),
-            None => Err(WebhookRejected::not_configured()),
+            None => Err(WebhookRejected::not_configured("App::app_data")),
         };
         Box::pin(async move {
             let (verifier, delivery) = checked?;

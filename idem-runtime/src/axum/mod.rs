@@ -17,13 +17,19 @@
 //!   handler's `IntoResponse`;
 //! - implements the core's `Framework` for axum's `Response` ([`framework`]).
 //!
+//! And the same protocol as a tower layer ([`IdempotencyLayer`], `layer.rs`), whose
+//! routes take the transaction as the `Tx` extractor.
+//!
 //! Besides, `IntoResponse` for `PhaseError` and `WebhookRejected`, so a handler's error
 //! type can carry them with `?`; `ScopeKey` for `Extension<T>` (an identity middleware
 //! put in the request) and `UnverifiedScope<Path<T>>`, and `FromRequestParts` for
-//! `UnverifiedScope`.
+//! `UnverifiedScope` and `SignedWebhook` (over the body idem buffered).
 
 pub(crate) mod framework;
+mod layer;
 mod prepare;
 mod scope;
+mod webhook;
 
+pub use layer::{IdempotencyLayer, IdempotentService};
 pub use prepare::{Extraction, Prepared, extract_last, extract_parts, prepare, respond};

@@ -11,6 +11,7 @@ use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue};
 use http::request::Parts;
 
 use super::framework::{Axum, problem_response, read_limited};
+use super::webhook::RawBody;
 use crate::protocol::config::Idem;
 use crate::protocol::exchange::Exchange;
 use crate::protocol::fingerprint::decode::{self, BodyLimit};
@@ -18,7 +19,7 @@ use crate::protocol::framework::Unbuffered;
 use crate::protocol::phased::Phases;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::ProblemKind;
-use crate::protocol::tx::Tx;
+use crate::protocol::tx::{Slot, Tx};
 use crate::store::Backend;
 
 /// A request whose body is read and decoded, before any extractor ran.
@@ -29,6 +30,8 @@ pub struct Prepared<DB: Backend> {
     policy: &'static Policy,
     /// The request's head as sent: the fingerprint reads its headers.
     head: Parts,
+    /// The body as sent, for a signature over the exact bytes (`SignedWebhook`).
+    body: Bytes,
     /// The body decoded from its `Content-Encoding`: what is fingerprinted and what the
     /// extractors read.
     content: Bytes,
@@ -87,6 +90,7 @@ pub async fn prepare<DB: Backend>(
         idem,
         policy,
         head,
+        body,
         content,
     })
 }
@@ -104,6 +108,18 @@ where
         .map_err(IntoResponse::into_response)
 }
 
+impl Extraction {
+    /// The head, for an extractor the layer runs (the scope's).
+    pub(crate) fn parts_mut(&mut self) -> &mut Parts {
+        &mut self.parts
+    }
+
+    /// The whole request again, the buffered body included.
+    pub(crate) fn into_request(self) -> Request {
+        Request::from_parts(self.parts, self.body.into())
+    }
+}
+
 /// Runs the handler's last extractor on the whole request, the buffered body included.
 #[doc(hidden)]
 pub async fn extract_last<T, S, M>(extraction: Extraction, state: &S) -> Result<T, Response>
@@ -111,8 +127,7 @@ where
     T: FromRequest<S, M>,
     S: Send + Sync,
 {
-    let req = Request::from_parts(extraction.parts, extraction.body.into());
-    T::from_request(req, state)
+    T::from_request(extraction.into_request(), state)
         .await
         .map_err(IntoResponse::into_response)
 }
@@ -121,9 +136,11 @@ impl<DB: Backend> Prepared<DB> {
     /// The request for the extractors. axum decodes no `Content-Encoding` itself (tower-http's
     /// `RequestDecompressionLayer` does, in front of the handler, and removes the header), so
     /// the extractors get the decoded content without `Content-Encoding`, as that layer
-    /// leaves it: they read exactly the bytes that were fingerprinted.
+    /// leaves it: they read exactly the bytes that were fingerprinted. The body as sent is
+    /// in the extensions, for [`SignedWebhook`](crate::SignedWebhook)'s signature.
     pub fn extraction(&self) -> Extraction {
         let mut parts = self.head.clone();
+        parts.extensions.insert(RawBody(self.body.clone()));
         if decode::decodes(&parts.headers) {
             parts.headers.remove(CONTENT_ENCODING);
             parts
@@ -168,6 +185,17 @@ impl<DB: Backend> Prepared<DB> {
         F: AsyncFnOnce(Phases<DB>) -> Response,
     {
         self.exchange().run_phased(scope, lease, handler).await
+    }
+}
+
+impl<DB: Backend> Prepared<DB> {
+    /// The layer's form: claims the key, lends the transaction to `handler` (the route
+    /// behind the layer) and records its response with its writes.
+    pub(crate) async fn run_lent<F>(self, scope: &str, handler: F) -> Response
+    where
+        F: AsyncFnOnce(Slot<DB>) -> Response,
+    {
+        self.exchange().run_lent(scope, handler).await
     }
 }
 

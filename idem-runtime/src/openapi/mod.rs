@@ -48,6 +48,7 @@
 //! let json = ApiDoc::openapi().to_json().unwrap();
 //! println!("{json}");
 //! ```
+#![cfg_attr(feature = "axum", doc = include_str!("axum.md"))]
 
 use utoipa::Modify;
 use utoipa::openapi::OpenApi;

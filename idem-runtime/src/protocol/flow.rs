@@ -1,20 +1,25 @@
 //! The single-transaction form: claim the key, run the handler and record its response
 //! in one transaction, behind every `#[idempotent]` handler without a `lease`.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::HeaderName;
+use sqlx::Transaction;
 
 use crate::protocol::exchange::{
     Buffering, Done, Exchange, answer, in_progress, instrumented, storage_unavailable,
 };
 use crate::protocol::framework::Framework;
 use crate::protocol::headers::Headers;
+use crate::protocol::in_flight::Held;
 use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::problem::{Problem, ProblemKind};
+#[cfg(feature = "axum")]
+use crate::protocol::tx::Slot;
 use crate::protocol::tx::Tx;
 use crate::store::{Backend, Claim, ClaimRequest, Completion, StoredResponse};
 
@@ -41,39 +46,102 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         };
         let settings = self.idem.settings();
         let claim = identity.claim(scope, self.policy.retention(), settings.claim_wait());
-        if let Some(answer) = self.answer_from_read(&claim, false).await {
-            return answer;
-        }
-
-        let mut txn = match self.begin(&claim).await {
-            Ok(txn) => txn,
+        // `_held` lives until `record` has ended the transaction (or dropped it, which
+        // queues its rollback): the key is announced as held as long as it is.
+        let (mut txn, generation, _held) = match self.claim_key(&claim).await {
+            Ok(claimed) => claimed,
             Err(answer) => return answer,
         };
-        // Declared after `txn`, so dropped before it; the key is announced as held until
-        // idem's transaction ended (or, when dropped, its rollback is queued).
-        let (generation, _held) =
-            match timed(self.policy, "claim", DB::claim(&mut txn, &claim)).await {
-                Ok(Claim::Claimed { generation }) => (
-                    generation,
-                    DB::ONE_WRITER.then(|| self.idem.in_flight().hold(&claim)),
-                ),
-                Ok(Claim::Existing(existing)) => {
-                    // Nothing was written. Dropping the transaction queues its ROLLBACK, which
-                    // sqlx sends with the ping it makes when the connection returns to the
-                    // pool: one round trip fewer on the request's path.
-                    drop(txn);
-                    return self.answer_existing(existing, &claim);
-                }
-                Ok(Claim::Vanished) => return answer::<W>(in_progress()),
-                Err(error) if DB::is_lock_timeout(&error) => return answer::<W>(in_progress()),
-                Err(error) => return answer::<W>(storage_unavailable(&error)),
-            };
-
-        let response = match AssertUnwindSafe(handler(Tx::new(&mut *txn)))
-            .catch_unwind()
-            .await
-        {
+        let response = match self.guarded(handler(Tx::new(&mut *txn))).await {
             Ok(response) => response,
+            Err(answer) => return answer,
+        };
+        self.record(&claim, txn, generation, response).await
+    }
+
+    /// The same as [`run`](Self::run) for a handler that is a service of its own (axum's
+    /// `IdempotencyLayer`), which cannot borrow the transaction: it is lent to `handler` in
+    /// a [`Slot`], and taken back once `handler` has answered to record its answer.
+    #[cfg(feature = "axum")]
+    pub(crate) async fn run_lent<F>(self, scope: &str, handler: F) -> W::Response
+    where
+        F: AsyncFnOnce(Slot<DB>) -> W::Response,
+    {
+        instrumented::<W>(self.policy, self.run_lent_inner(scope, handler)).await
+    }
+
+    #[cfg(feature = "axum")]
+    async fn run_lent_inner<F>(&self, scope: &str, handler: F) -> Done<W>
+    where
+        F: AsyncFnOnce(Slot<DB>) -> W::Response,
+    {
+        let identity = match self.identify() {
+            Ok(identity) => identity,
+            Err(problem) => return answer::<W>(problem),
+        };
+        let settings = self.idem.settings();
+        let claim = identity.claim(scope, self.policy.retention(), settings.claim_wait());
+        let (txn, generation, _held) = match self.claim_key(&claim).await {
+            Ok(claimed) => claimed,
+            Err(answer) => return answer,
+        };
+        let slot = Slot::new(txn);
+        let response = match self.guarded(handler(slot.clone())).await {
+            Ok(response) => response,
+            Err(answer) => return answer,
+        };
+        let Some(txn) = slot.take_back() else {
+            // Something of the handler's (a spawned task, the response's body) still holds
+            // its `Tx`: its writes cannot be committed with the key. The last holder's drop
+            // rolls them back.
+            tracing::error!(
+                handler = self.policy.handler(),
+                "the handler kept idem::Tx after it answered; rolled back"
+            );
+            let problem = ProblemKind::TransactionEnded
+                .problem("the request failed and nothing was saved; it may be retried");
+            return (W::problem(problem), Outcome::RolledBack);
+        };
+        self.record(&claim, txn, generation, response).await
+    }
+
+    /// Claims the key in a new transaction: the transaction, the key row's life and, on
+    /// a backend with one writer, the key announced as held by this process. Or the answer
+    /// (a replay, 409, 422, 503) when the key cannot be claimed.
+    async fn claim_key(
+        &self,
+        claim: &ClaimRequest<'_>,
+    ) -> Result<(Transaction<'static, DB>, i64, Option<Held>), Done<W>> {
+        if let Some(answer) = self.answer_from_read(claim, false).await {
+            return Err(answer);
+        }
+        let mut txn = self.begin(claim).await?;
+        match timed(self.policy, "claim", DB::claim(&mut txn, claim)).await {
+            Ok(Claim::Claimed { generation }) => {
+                let held = DB::ONE_WRITER.then(|| self.idem.in_flight().hold(claim));
+                Ok((txn, generation, held))
+            }
+            Ok(Claim::Existing(existing)) => {
+                // Nothing was written. Dropping the transaction queues its ROLLBACK, which
+                // sqlx sends with the ping it makes when the connection returns to the
+                // pool: one round trip fewer on the request's path.
+                drop(txn);
+                Err(self.answer_existing(existing, claim))
+            }
+            Ok(Claim::Vanished) => Err(answer::<W>(in_progress())),
+            Err(error) if DB::is_lock_timeout(&error) => Err(answer::<W>(in_progress())),
+            Err(error) => Err(answer::<W>(storage_unavailable(&error))),
+        }
+    }
+
+    /// Runs the handler's future; a panic in it is answered 500, and what it wrote rolls
+    /// back with its transaction.
+    async fn guarded(
+        &self,
+        run: impl Future<Output = W::Response>,
+    ) -> Result<W::Response, Done<W>> {
+        match AssertUnwindSafe(run).catch_unwind().await {
+            Ok(response) => Ok(response),
             Err(_) => {
                 // The panic message was already printed by the panic hook; dropping the
                 // transaction rolls it back.
@@ -83,10 +151,21 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                 );
                 let problem = ProblemKind::HandlerPanicked
                     .problem("the request failed and nothing was saved; it may be retried");
-                return (W::problem(problem), Outcome::Panicked);
+                Err((W::problem(problem), Outcome::Panicked))
             }
-        };
+        }
+    }
 
+    /// Records the handler's `response` with its writes and commits, or rolls back what a
+    /// 5xx, a transient 4xx or an unstorable response must not keep.
+    async fn record(
+        &self,
+        claim: &ClaimRequest<'_>,
+        mut txn: Transaction<'static, DB>,
+        generation: i64,
+        response: W::Response,
+    ) -> Done<W> {
+        let settings = self.idem.settings();
         // A 5xx, or a transient 4xx such as 429, is not an outcome to replay: roll back so
         // the client can retry the key.
         if settings.is_transient(W::status(&response)) {
@@ -102,9 +181,9 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             }
             Err(Buffering::Failed(answer)) => return (answer, Outcome::RolledBack),
         };
-        let sealed = self.seal_response(&claim, generation, &head, &body);
+        let sealed = self.seal_response(claim, generation, &head, &body);
         let stored = sealed.stored();
-        let complete = DB::complete(&mut txn, &claim, &stored);
+        let complete = DB::complete(&mut txn, claim, &stored);
         let outcome = match timed(self.policy, "complete", complete).await {
             Ok(Completion::Recorded) => match timed(self.policy, "commit", txn.commit()).await {
                 Ok(()) => Outcome::Executed,
@@ -148,7 +227,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                         .problem("the request failed and nothing was saved; it may be retried");
                     return (W::problem(problem), Outcome::RolledBack);
                 }
-                if let Err(error) = self.record_without_effects(&claim, &head, &body).await {
+                if let Err(error) = self.record_without_effects(claim, &head, &body).await {
                     // The answer is still right; a retry re-runs the handler instead.
                     tracing::warn!(%error, "could not store a 4xx answered after a failed statement");
                 }

@@ -33,12 +33,24 @@ use crate::store::choice::{ChosenBackend, DefaultBackend};
 /// }
 /// ```
 pub struct Tx<'c, DB: ChosenBackend<'static> = DefaultBackend> {
-    conn: &'c mut DB::Connection,
+    conn: Conn<'c, DB>,
+}
+
+/// How the handler holds the transaction.
+enum Conn<'c, DB: ChosenBackend<'static>> {
+    /// Borrowed for the handler's call: the macro's forms.
+    Borrowed(&'c mut DB::Connection),
+    /// Lent through a [`Slot`] to a handler that is a service of its own (axum's
+    /// `IdempotencyLayer`); always `Some` while lent.
+    #[cfg(feature = "axum")]
+    Lent(tokio::sync::OwnedMutexGuard<Option<sqlx::Transaction<'static, DB>>>),
 }
 
 impl<'c, DB: Backend> Tx<'c, DB> {
     pub(crate) fn new(conn: &'c mut DB::Connection) -> Self {
-        Self { conn }
+        Self {
+            conn: Conn::Borrowed(conn),
+        }
     }
 }
 
@@ -46,13 +58,62 @@ impl<DB: Backend> Deref for Tx<'_, DB> {
     type Target = DB::Connection;
 
     fn deref(&self) -> &Self::Target {
-        self.conn
+        match &self.conn {
+            Conn::Borrowed(conn) => conn,
+            #[cfg(feature = "axum")]
+            Conn::Lent(guard) => guard.as_ref().expect(LENT),
+        }
     }
 }
 
 impl<DB: Backend> DerefMut for Tx<'_, DB> {
     fn deref_mut(&mut self) -> &mut Self::Target {
-        self.conn
+        match &mut self.conn {
+            Conn::Borrowed(conn) => conn,
+            #[cfg(feature = "axum")]
+            Conn::Lent(guard) => guard.as_mut().expect(LENT),
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+const LENT: &str = "a slot holds its transaction until the lender takes it back, which it \
+                    cannot while a Tx holds the slot's lock";
+
+/// A request's transaction lent to a handler that runs as a service of its own, behind
+/// axum's `IdempotencyLayer`: the layer's core puts it in, the handler's [`Tx`] locks it
+/// for as long as it lives, and the core takes it back to record the answer and commit.
+#[cfg(feature = "axum")]
+pub(crate) struct Slot<DB: Backend>(
+    std::sync::Arc<tokio::sync::Mutex<Option<sqlx::Transaction<'static, DB>>>>,
+);
+
+#[cfg(feature = "axum")]
+impl<DB: Backend> Clone for Slot<DB> {
+    fn clone(&self) -> Self {
+        Self(std::sync::Arc::clone(&self.0))
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<DB: Backend> Slot<DB> {
+    pub(crate) fn new(txn: sqlx::Transaction<'static, DB>) -> Self {
+        Self(std::sync::Arc::new(tokio::sync::Mutex::new(Some(txn))))
+    }
+
+    /// The transaction as the handler's `Tx`; `None` when a `Tx` of it is alive already
+    /// or it was taken back.
+    pub(crate) fn lend<'c>(&self) -> Option<Tx<'c, DB>> {
+        let guard = std::sync::Arc::clone(&self.0).try_lock_owned().ok()?;
+        guard.is_some().then_some(Tx {
+            conn: Conn::Lent(guard),
+        })
+    }
+
+    /// The transaction back from the handler; `None` while something still holds a `Tx`
+    /// of it.
+    pub(crate) fn take_back(&self) -> Option<sqlx::Transaction<'static, DB>> {
+        self.0.try_lock().ok()?.take()
     }
 }
 

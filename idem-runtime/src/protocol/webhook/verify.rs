@@ -44,8 +44,10 @@ impl std::error::Error for SecretError {}
 /// and the timestamp must be within the tolerance of now (5 minutes by default), so a
 /// captured delivery cannot be replayed later with its old signature.
 ///
-/// Register it with the framework (actix-web: `App::app_data`) (or on the webhook's resource or scope when several
-/// senders post to one application) and take [`SignedWebhook`] as the handler's scope.
+/// Register it with the framework (actix-web: `App::app_data`, or on the webhook's
+/// resource or scope when several senders post to one application; axum:
+/// `Router::layer(axum::Extension(verifier))`, or `route_layer` on the webhook's route)
+/// and take [`SignedWebhook`] as the handler's scope.
 ///
 /// ```
 /// use idem_runtime::WebhookVerifier;
@@ -246,7 +248,7 @@ impl fmt::Display for SignatureError {
 impl std::error::Error for SignatureError {}
 
 /// A delivery whose Standard Webhooks signature verified, by the [`WebhookVerifier`] in
-/// the app data: the scope of a webhook handler's key is its sender. A delivery that does
+/// the app data (axum: the request's extensions): the scope of a webhook handler's key is its sender. A delivery that does
 /// not verify is answered before anything is stored: 401 `webhook-signature-invalid`, or
 /// 400 `event-id-missing` without a `webhook-id` header.
 ///
@@ -258,7 +260,10 @@ impl std::error::Error for SignatureError {}
 /// ```
 ///
 /// In an `#[idempotent]` handler it reads the body idem has buffered, so extractors after
-/// it read the body too; elsewhere it takes the body, which [`body`](Self::body) returns.
+/// it read the body too; elsewhere it takes the body, which [`body`](Self::body) returns
+/// (actix-web), or answers 500 `not-configured` (axum, where it reads the request's head
+/// only: there it verifies in `#[idem::axum::idempotent]` handlers and behind
+/// `idem::axum::IdempotencyLayer`).
 #[derive(Debug, Clone)]
 pub struct SignedWebhook {
     sender: Arc<str>,
@@ -327,13 +332,16 @@ impl WebhookRejected {
         self.kind.problem(self.detail.clone())
     }
 
-    /// No [`WebhookVerifier`] is registered where the handler runs: a server bug.
-    pub(crate) fn not_configured() -> Self {
-        tracing::error!("no WebhookVerifier in the app data: register one with App::app_data");
-        rejected(
-            ProblemKind::NotConfigured,
-            "the server has no webhook verifier configured; this is a server bug",
-        )
+    /// No [`WebhookVerifier`] is registered where the handler runs: a server bug. `how`
+    /// names the framework's way to register one, for the log.
+    pub(crate) fn not_configured(how: &str) -> Self {
+        tracing::error!("no WebhookVerifier where the handler runs: register one with {how}");
+        Self::server_bug("the server has no webhook verifier configured; this is a server bug")
+    }
+
+    /// The server is set up so that no delivery can verify: 500 `not-configured`.
+    pub(crate) fn server_bug(detail: &str) -> Self {
+        rejected(ProblemKind::NotConfigured, detail)
     }
 
     /// The body could not be read to verify it.
