@@ -420,7 +420,10 @@ support::actix_only_tests!(
 );
 
 support::both_frameworks!(
+    #[actix_web::test]
     stored_responses_are_ciphertext_and_replay_as_plaintext,
+    #[actix_web::test]
     after_a_rotation_old_rows_replay_and_new_rows_use_the_new_key,
+    #[actix_web::test]
     a_tampered_row_gets_a_500_problem_not_garbage,
 );

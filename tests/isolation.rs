@@ -67,6 +67,8 @@ async fn duplicates_under_repeatable_read_connections_give_one_effect_never_503(
 }
 
 support::both_frameworks!(
+    #[actix_web::test]
     duplicates_under_serializable_connections_give_one_effect_never_503,
+    #[actix_web::test]
     duplicates_under_repeatable_read_connections_give_one_effect_never_503,
 );

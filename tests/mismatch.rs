@@ -28,9 +28,7 @@ async fn other_path<DB: TestBackend>(account: Account, tx: idem::Tx<'_, DB>) -> 
 macro_rules! axum_twins {
     ($module:ident, $db:ty) => {
         mod $module {
-            use support::axum_app::Account;
-
-            use super::support;
+            use super::support::app::Account;
 
             #[idem::axum::idempotent(scope = account, retention = "24h")]
             pub(super) async fn put_orders(

@@ -227,7 +227,10 @@ async fn scopes_with_metacharacters_are_plain_data() {
 }
 
 support::both_frameworks!(
+    #[actix_web::test]
     the_same_key_from_another_account_runs_independently,
+    #[actix_web::test]
     an_in_flight_key_does_not_block_another_account,
+    #[actix_web::test]
     keys_with_metacharacters_are_plain_data,
 );

@@ -52,8 +52,12 @@ async fn the_quoted_form_is_not_another_bare_key() {
 }
 
 support::both_frameworks!(
+    #[actix_web::test]
     quoted_then_bare_replays,
+    #[actix_web::test]
     bare_then_quoted_replays,
+    #[actix_web::test]
     escapes_in_the_quoted_form_denote_the_bare_characters,
+    #[actix_web::test]
     the_quoted_form_is_not_another_bare_key,
 );

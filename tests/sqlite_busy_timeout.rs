@@ -71,5 +71,6 @@ async fn every_connection_keeps_its_busy_timeout_after_requests_that_got_the_loc
 }
 
 support::both_frameworks!(
+    #[actix_web::test]
     every_connection_keeps_its_busy_timeout_after_requests_that_got_the_lock_or_not,
 );

@@ -40,6 +40,15 @@ impl Framework {
     pub(crate) fn current() -> Self {
         FRAMEWORK.get()
     }
+
+    /// The example binary on this framework, for the tests that start it as a process
+    /// (`phased_support::Example::start`).
+    pub(crate) fn example(self) -> &'static str {
+        match self {
+            Self::Actix => "orders",
+            Self::Axum => "orders-axum",
+        }
+    }
 }
 
 /// The application under test, in-process: requests go straight to its service.

@@ -52,7 +52,7 @@ macro_rules! axum_held {
 
             #[idem::axum::idempotent(scope = account)]
             pub(super) async fn held(
-                account: super::super::axum_app::Account,
+                account: Account,
                 Extension(gate): Extension<Arc<Gate>>,
                 tx: idem::Tx<'_, $db>,
                 Json(order): Json<NewOrder>,

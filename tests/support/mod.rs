@@ -8,6 +8,8 @@
 
 #[path = "../../examples/orders/app.rs"]
 pub(crate) mod app;
+/// The axum binary's router (`examples/orders-axum`), on the same `domain` files.
+#[path = "../../examples/orders-axum/app.rs"]
 pub(crate) mod axum_app;
 mod framework;
 pub(crate) mod held;
@@ -15,6 +17,9 @@ mod reply;
 mod request;
 
 use std::future::Future;
+
+// `axum_app` names the shared files as `super::domain`, as in its binary.
+pub(crate) use app::domain;
 
 use idem_testkit::{TestDb, TestSqlite};
 use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite};
@@ -76,12 +81,12 @@ pub(crate) use actix_only_tests;
 
 /// For a test that is not generic over the database, `async fn name()`: once per
 /// framework, as `on_actix::name` and `on_axum::name` (beside the `with_*` modules of
-/// [`backend_tests!`] in the same file; `cargo test -- axum` runs the axum half of both). The runtime attribute the
-/// generated tests carry may be given first (`#[tokio::test(flavor = "multi_thread")]`);
-/// it is `#[actix_web::test]` unless said.
+/// [`backend_tests!`] in the same file; `cargo test -- axum` runs the axum half of both).
+/// Each name comes with the runtime attribute its tests carry, e.g.
+/// `both_frameworks!(#[actix_web::test] a, #[tokio::test(flavor = "multi_thread")] b)`.
 #[allow(unused_macros)]
 macro_rules! both_frameworks {
-    (#[$runtime:meta] $($name:ident),+ $(,)?) => {
+    ($(#[$runtime:meta] $name:ident),+ $(,)?) => {
         mod on_actix {
             $(
                 #[$runtime]
@@ -100,9 +105,6 @@ macro_rules! both_frameworks {
                 }
             )+
         }
-    };
-    ($($name:ident),+ $(,)?) => {
-        $crate::support::both_frameworks!(#[actix_web::test] $($name),+);
     };
 }
 #[allow(unused_imports)]
