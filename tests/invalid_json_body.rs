@@ -157,4 +157,7 @@ async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
     assert_eq!(reply.status, 201);
 }
 
-support::both_frameworks!(a_json_body_that_is_not_json_is_400_where_the_handler_parses_it,);
+support::both_frameworks!(
+    #[actix_web::test]
+    a_json_body_that_is_not_json_is_400_where_the_handler_parses_it
+);
