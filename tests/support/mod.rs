@@ -1,9 +1,24 @@
 //! Shared by the integration tests: the example's application on a fresh database
-//! (PostgreSQL, or a SQLite file), requests to it, and what the database holds afterwards.
+//! (PostgreSQL, or a SQLite file) and on either web framework (the actix-web example's
+//! `app::configure`, or the axum example's `axum_app::router`), requests to it, and what
+//! the database holds afterwards.
 //!
-//! Every test file says `mod support;` and uses the part it needs. A test written once as
-//! `async fn name<DB: TestBackend>()` runs on both databases with
-//! `support::backend_tests!(name, ..)`.
+//! Every test file says `mod support;` and uses the part it needs. Requests are
+//! framework-neutral ([`TestRequest`]); [`service`] builds the application on the
+//! framework the running test chose. Which tests run where is said where they are
+//! instantiated:
+//!
+//! - `support::backend_tests!(name, ..)`: `async fn name<DB: TestBackend>()` on both
+//!   frameworks and both databases (`with_actix::postgres::name`, .., `with_axum::sqlite::name`);
+//! - `support::both_frameworks!(#[runtime] name, ..)`: `async fn name()` on both frameworks
+//!   (`on_actix::name`, `on_axum::name`);
+//! - `support::actix_only_tests!(name, ..)`: both databases, actix-web only, for tests that
+//!   register actix-web routes of their own ([`service_with`], [`service_before`]) and have
+//!   no axum twin ([`service_with_twin`], [`service_before_twin`]);
+//! - `support::database_tests!(name, ..)`: both databases, for tests that build no web
+//!   application.
+//!
+//! A test with a plain `#[actix_web::test]` or `#[tokio::test]` runs on actix-web.
 #![allow(dead_code)]
 
 #[path = "../../examples/orders/app.rs"]
