@@ -24,6 +24,10 @@ mod webhooks;
 
 use std::process::ExitCode;
 
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Router};
 
 use domain::payment_store::PaymentStore;
@@ -56,13 +60,36 @@ where
             .merge(webhooks::router::<DB>(verifier))
             .merge(observability::router(&metrics))
             // Every idempotent handler finds idem here.
-            .layer(Extension(idem));
+            .layer(Extension(idem))
+            .layer(axum::middleware::from_fn(head_limits));
         listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
         axum::serve(listener, app)
             .with_graceful_shutdown(stop_signal())
             .await
     }
+}
+
+/// actix-web's limits on a request's head (actix-http's `MAX_BUFFER_SIZE` and
+/// `MAX_HEADERS`), which hyper's defaults (about 400 KiB, 100 headers) are above: past
+/// them the answer is its bare 431, before idem or a handler sees the request.
+const MAX_HEAD_BYTES: usize = 131_072;
+const MAX_HEADERS: usize = 96;
+
+/// Answers 431 to a head past [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`], as the actix binary's
+/// HTTP layer does, so both refuse the same requests.
+async fn head_limits(request: Request, next: Next) -> Response {
+    // The head as sent: the request line, each header line, the blank line.
+    let request_line = request.method().as_str().len() + request.uri().to_string().len() + 12;
+    let lines: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if request.headers().len() > MAX_HEADERS || request_line + lines + 2 >= MAX_HEAD_BYTES {
+        return StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE.into_response();
+    }
+    next.run(request).await
 }
 
 /// SIGINT or SIGTERM: what stops actix-web's server, so that both binaries stop alike (no
