@@ -6,9 +6,9 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use actix_web::test::TestRequest;
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
+use support::TestRequest;
 use support::app::{Account, NewOrder, Store};
 use support::{ALICE, Env, TestBackend, post};
 
@@ -145,7 +145,7 @@ async fn form_fields_in_another_order_replay<DB: TestBackend>() {
     assert_eq!(env.orders().await, 1);
 }
 
-support::backend_tests!(
+support::actix_only_tests!(
     an_amount_beyond_64_bits_changed_by_one_is_a_mismatch,
     query_parameters_in_another_order_replay,
     form_fields_in_another_order_replay,

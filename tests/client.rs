@@ -70,7 +70,6 @@ fn client(wire: &Arc<Wire>) -> ClientWithMiddleware {
         .build()
 }
 
-#[tokio::test]
 async fn a_lost_answer_is_retried_with_the_same_key_and_replayed() {
     let db = TestDb::new().await;
     let example = Example::start(db.url(), None).await;
@@ -97,7 +96,6 @@ async fn a_lost_answer_is_retried_with_the_same_key_and_replayed() {
     example.stop().await;
 }
 
-#[tokio::test]
 async fn a_duplicate_in_flight_waits_out_the_409_and_gets_the_replay() {
     let db = TestDb::new().await;
     let example = Example::start(db.url(), None).await;
@@ -156,7 +154,6 @@ async fn a_duplicate_in_flight_waits_out_the_409_and_gets_the_replay() {
     example.stop().await;
 }
 
-#[tokio::test]
 async fn a_key_reused_for_another_request_gets_422_once() {
     let db = TestDb::new().await;
     let example = Example::start(db.url(), None).await;
@@ -177,3 +174,12 @@ async fn a_key_reused_for_another_request_gets_422_once() {
     assert_eq!(wire.attempts().len(), 2, "the 422 was not retried");
     example.stop().await;
 }
+
+support::both_frameworks!(
+    #[tokio::test]
+    a_lost_answer_is_retried_with_the_same_key_and_replayed,
+    #[tokio::test]
+    a_duplicate_in_flight_waits_out_the_409_and_gets_the_replay,
+    #[tokio::test]
+    a_key_reused_for_another_request_gets_422_once,
+);

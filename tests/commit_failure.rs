@@ -58,4 +58,4 @@ where
     }
 }
 
-support::backend_tests!(a_commit_refused_by_a_deferred_constraint_saves_nothing,);
+support::actix_only_tests!(a_commit_refused_by_a_deferred_constraint_saves_nothing,);

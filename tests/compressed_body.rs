@@ -8,8 +8,8 @@ mod support;
 
 use std::io::Write;
 
-use actix_web::test::TestRequest;
 use actix_web::{HttpResponse, web};
+use support::TestRequest;
 use support::app::{Account, NewOrder, Store};
 use support::{ALICE, Env, TestBackend, order_json, post_order};
 
@@ -293,12 +293,16 @@ async fn over_http_a_compressed_order_and_the_plain_one_are_one_order<DB: TestBa
 }
 
 support::backend_tests!(
-    over_http_a_compressed_order_and_the_plain_one_are_one_order,
     a_compressed_order_then_the_same_order_plain_is_one_order,
     the_plain_order_first_then_compressed_is_a_replay,
     a_different_body_compressed_is_still_a_mismatch,
-    extractors_see_the_body_decoded_exactly_once,
-    a_stream_that_does_not_decode_is_400_before_the_claim,
     the_limit_applies_to_the_decoded_size,
     identity_and_unknown_encodings_are_the_bytes_as_sent,
+);
+
+// An actix-web server, and test handlers registered on the actix app.
+support::actix_only_tests!(
+    over_http_a_compressed_order_and_the_plain_one_are_one_order,
+    extractors_see_the_body_decoded_exactly_once,
+    a_stream_that_does_not_decode_is_400_before_the_claim,
 );

@@ -77,7 +77,7 @@ async fn a_sweep_pauses_between_batches<DB: KeysBackend>() {
     );
 }
 
-support::backend_tests!(
+support::database_tests!(
     batches_are_bounded_by_the_batch_size,
     a_sweep_pauses_between_batches,
 );

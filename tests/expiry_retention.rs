@@ -71,11 +71,10 @@ async fn expired_keys_go_and_live_or_unfinished_keys_stay<DB: KeysBackend>() {
     );
 }
 
-support::backend_tests!(expired_keys_go_and_live_or_unfinished_keys_stay);
+support::database_tests!(expired_keys_go_and_live_or_unfinished_keys_stay);
 
 /// Through the example service: a key past its retention is swept, and the client may
 /// then use it for a new request, which runs the handler again.
-#[tokio::test]
 async fn a_swept_key_is_free_for_a_new_request() {
     let env = support::Env::new().await;
     let app = support::service(&env.idem()).await;
@@ -124,3 +123,8 @@ async fn a_swept_key_is_free_for_a_new_request() {
         "the new key lives for the handler's 24h retention, not {expires_in} s"
     );
 }
+
+support::both_frameworks!(
+    #[tokio::test]
+    a_swept_key_is_free_for_a_new_request,
+);

@@ -61,7 +61,6 @@ async fn hang_up(pool: &PgPool, base: &str, path: &str, key: &str, body: &str, w
     drop(stream);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_leaves_all_or_nothing() {
     let db = TestDb::new().await;
     let pool = db.pool(4).await;
@@ -148,3 +147,8 @@ async fn a_client_that_hangs_up_leaves_all_or_nothing() {
     );
     example.stop().await;
 }
+
+support::both_frameworks!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_client_that_hangs_up_leaves_all_or_nothing,
+);

@@ -27,7 +27,6 @@ struct Operation {
     retried: Retried,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restarts_of_the_database_under_load_lose_nothing_and_duplicate_nothing() {
     let cluster = Arc::new(
         tokio::task::spawn_blocking(PgCluster::start)
@@ -202,3 +201,8 @@ async fn restarts_of_the_database_under_load_lose_nothing_and_duplicate_nothing(
     first.stop().await;
     second.stop().await;
 }
+
+support::both_frameworks!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    restarts_of_the_database_under_load_lose_nothing_and_duplicate_nothing,
+);

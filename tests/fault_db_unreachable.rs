@@ -19,7 +19,6 @@ use tokio::io::AsyncReadExt;
 /// Far more than the example's 5 s connection wait; only a hang gets near it.
 const BOUND: Duration = Duration::from_secs(30);
 
-#[tokio::test]
 async fn at_startup_an_unreachable_database_is_a_clear_error_not_a_hang() {
     // A port nobody listens on.
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
@@ -64,7 +63,6 @@ async fn at_startup_an_unreachable_database_is_a_clear_error_not_a_hang() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_down_for_a_while_gives_503_and_the_service_recovers() {
     let cluster = Arc::new(
         tokio::task::spawn_blocking(PgCluster::start)
@@ -183,3 +181,10 @@ async fn a_database_down_for_a_while_gives_503_and_the_service_recovers() {
     );
     example.stop().await;
 }
+
+support::both_frameworks!(
+    #[tokio::test]
+    at_startup_an_unreachable_database_is_a_clear_error_not_a_hang,
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_database_down_for_a_while_gives_503_and_the_service_recovers,
+);

@@ -18,7 +18,6 @@ const KEYS: usize = 16;
 /// Copies of each request sent to each instance at the same moment.
 const COPIES_PER_INSTANCE: usize = 4;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_key_sent_to_three_instances_takes_effect_once() {
     let db = TestDb::new().await;
     let pool = db.pool(4).await;
@@ -125,3 +124,8 @@ async fn the_same_key_sent_to_three_instances_takes_effect_once() {
         instance.stop().await;
     }
 }
+
+support::both_frameworks!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    the_same_key_sent_to_three_instances_takes_effect_once,
+);

@@ -16,7 +16,6 @@ use idem_testkit::TestDb;
 use phased_support::{Example, count, send};
 use support::{ALICE, order_json};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_killed_in_the_transaction_commits_nothing_and_the_retry_runs_once() {
     let db = TestDb::new().await;
     let pool = db.pool(4).await;
@@ -88,3 +87,8 @@ async fn a_process_killed_in_the_transaction_commits_nothing_and_the_retry_runs_
     );
     survivor.stop().await;
 }
+
+support::both_frameworks!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_process_killed_in_the_transaction_commits_nothing_and_the_retry_runs_once,
+);

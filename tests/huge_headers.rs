@@ -63,7 +63,6 @@ fn post_with_headers(base: &str, key: &str, extra_headers: &[String]) -> u16 {
         .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heads_past_the_limits_are_431_and_store_nothing() {
     let db = TestDb::new().await;
     let pool = db.pool(2).await;
@@ -102,3 +101,8 @@ async fn heads_past_the_limits_are_431_and_store_nothing() {
     assert_eq!(count(&pool, "idem_keys").await, 2);
     example.stop().await;
 }
+
+support::both_frameworks!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    heads_past_the_limits_are_431_and_store_nothing,
+);

@@ -293,7 +293,7 @@ async fn relay_messages_are_processed_once_by_their_id() {
     );
 }
 
-support::backend_tests!(
+support::database_tests!(
     a_consumer_killed_between_its_effect_and_the_ack_has_the_effect_once,
     a_consumer_killed_before_its_commit_processes_the_redelivery,
     twenty_concurrent_deliveries_have_one_effect,

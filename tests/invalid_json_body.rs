@@ -5,8 +5,8 @@
 
 mod support;
 
-use actix_web::test::TestRequest;
 use actix_web::{HttpResponse, post};
+use support::TestRequest;
 use support::app::Account;
 use support::{ALICE, Env, order_json, post_order};
 
@@ -54,7 +54,6 @@ const NOT_JSON: [(&str, &[u8]); 5] = [
     ),
 ];
 
-#[actix_web::test]
 async fn a_json_body_that_is_not_json_is_400_where_the_handler_parses_it() {
     let env = Env::new().await;
     let app = support::service(&env.idem()).await;
@@ -157,3 +156,8 @@ async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
         .await;
     assert_eq!(reply.status, 201);
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    a_json_body_that_is_not_json_is_400_where_the_handler_parses_it
+);

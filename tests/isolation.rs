@@ -58,12 +58,17 @@ async fn duplicates_on_connections_defaulting_to(isolation: &str) {
     assert_eq!(orders, 1, "one effect");
 }
 
-#[actix_web::test]
 async fn duplicates_under_serializable_connections_give_one_effect_never_503() {
     duplicates_on_connections_defaulting_to("serializable").await;
 }
 
-#[actix_web::test]
 async fn duplicates_under_repeatable_read_connections_give_one_effect_never_503() {
     duplicates_on_connections_defaulting_to("repeatable read").await;
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    duplicates_under_serializable_connections_give_one_effect_never_503,
+    #[actix_web::test]
+    duplicates_under_repeatable_read_connections_give_one_effect_never_503,
+);

@@ -24,7 +24,6 @@ const FLOOD_CONCURRENCY: usize = 16;
 /// Keyed requests of the other account, each followed by a replay.
 const VICTIM: usize = 40;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_flood_of_keys_from_one_account_does_not_fail_another() {
     let db = TestDb::new().await;
     let pool = db.pool(2).await;
@@ -106,3 +105,8 @@ async fn a_flood_of_keys_from_one_account_does_not_fail_another() {
     );
     example.stop().await;
 }
+
+support::both_frameworks!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    a_flood_of_keys_from_one_account_does_not_fail_another,
+);

@@ -105,7 +105,7 @@ async fn a_missing_account_is_401_and_the_key_stays_unused<DB: TestBackend>() {
         Some("abc"),
         Some("9223372036854775808"),
     ] {
-        let mut req = actix_web::test::TestRequest::post()
+        let mut req = support::TestRequest::post()
             .uri("/orders")
             .insert_header(("idempotency-key", "k"))
             .insert_header(("content-type", "application/json"))

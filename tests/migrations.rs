@@ -190,7 +190,7 @@ async fn eight_instances_of_the_example_migrate_at_once() {
     assert_both_applied(&db.direct_pool(1).await).await;
 }
 
-support::backend_tests!(
+support::database_tests!(
     migrating_twice_changes_nothing,
     the_application_first_then_idem,
     idem_first_then_the_application,

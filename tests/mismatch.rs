@@ -4,10 +4,11 @@
 
 mod support;
 
-use actix_web::test::TestRequest;
 use actix_web::{HttpResponse, web};
 use support::app::Account;
-use support::{ALICE, Env, Reply, TestApp, TestBackend, order_json, post, post_order};
+use support::{
+    ALICE, Env, Reply, TestApp, TestBackend, TestRequest, by_database, order_json, post, post_order,
+};
 
 /// `/orders` with PUT, so the same path can be reached with another method.
 #[idem::idempotent(scope = account, retention = "24h")]
@@ -23,11 +24,61 @@ async fn other_path<DB: TestBackend>(account: Account, tx: idem::Tx<'_, DB>) -> 
     HttpResponse::Ok().body("other")
 }
 
+/// The same two handlers on axum, once per database.
+macro_rules! axum_twins {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::support::app::Account;
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(super) async fn put_orders(
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+            ) -> &'static str {
+                let _ = (account, &mut *tx);
+                "put"
+            }
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(super) async fn other_path(
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+            ) -> &'static str {
+                let _ = (account, &mut *tx);
+                "other"
+            }
+        }
+    };
+}
+
+axum_twins!(on_postgres, sqlx::Postgres);
+axum_twins!(on_sqlite, sqlx::Sqlite);
+
+fn axum_routes<DB: TestBackend>() -> axum::Router {
+    use axum::routing::{post, put};
+    by_database::<DB, _>(
+        || {
+            axum::Router::new()
+                .route("/orders", put(on_postgres::put_orders))
+                .route("/test/other", post(on_postgres::other_path))
+        },
+        || {
+            axum::Router::new()
+                .route("/orders", put(on_sqlite::put_orders))
+                .route("/test/other", post(on_sqlite::other_path))
+        },
+    )
+}
+
 async fn app_with_first_order<DB: TestBackend>(env: &Env<DB>, key: &str) -> (TestApp, Reply) {
-    let app = support::service_before(&env.idem(), |cfg| {
-        cfg.route("/orders", web::put().to(put_orders::<DB>))
-            .route("/test/other", web::post().to(other_path::<DB>));
-    })
+    let app = support::service_before_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.route("/orders", web::put().to(put_orders::<DB>))
+                .route("/test/other", web::post().to(other_path::<DB>));
+        },
+        axum_routes::<DB>,
+    )
     .await;
     let first = app
         .call(post_order(ALICE, key, &order_json("tea", 2, 500)))

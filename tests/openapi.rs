@@ -8,10 +8,10 @@
 mod example_openapi;
 mod support;
 
-use actix_web::test::TestRequest;
 use actix_web::{HttpResponse, post, web};
 use idem::openapi::IdempotencyDocs;
 use serde_json::{Value, json};
+use support::TestRequest;
 use support::{ALICE, APP_PROBLEM, TestBackend, backend_tests};
 use utoipa::OpenApi;
 

@@ -138,7 +138,7 @@ async fn app(env: &Env, failure: Failure) -> (TestApp, web::Data<Control>) {
     (app, control)
 }
 
-fn request() -> actix_web::test::TestRequest {
+fn request() -> support::TestRequest {
     post("/test/flaky-phases", ALICE, "flaky", "{}")
 }
 

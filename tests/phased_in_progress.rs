@@ -139,7 +139,7 @@ async fn a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out<DB: T
     app.call(request()).await.assert_replay_of(&first);
 }
 
-support::backend_tests!(
+support::actix_only_tests!(
     a_duplicate_during_a_held_lease_gets_409_then_replays,
     a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out,
 );

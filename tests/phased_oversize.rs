@@ -79,4 +79,4 @@ async fn an_oversized_phased_answer_is_recorded_as_a_problem<DB: TestBackend>() 
     );
 }
 
-support::backend_tests!(an_oversized_phased_answer_is_recorded_as_a_problem);
+support::actix_only_tests!(an_oversized_phased_answer_is_recorded_as_a_problem);

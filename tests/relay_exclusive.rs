@@ -381,7 +381,7 @@ async fn a_stale_holder_cannot_touch_a_message_another_relay_holds<DB: TestBacke
     assert_eq!(attempts(&env.pool).await, ["2"]);
 }
 
-support::backend_tests!(
+support::database_tests!(
     two_relays_never_deliver_a_message_at_the_same_time,
     a_consumer_slower_than_the_timeout_keeps_its_message,
     a_dead_relays_message_is_delivered_again,

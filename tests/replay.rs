@@ -90,13 +90,49 @@ async fn with_cookie(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> Http
         .body(format!("order {id}"))
 }
 
-#[actix_web::test]
+/// The same handler on axum.
+#[idem::axum::idempotent(scope = account, retention = "24h")]
+async fn with_cookie_on_axum(
+    account: Account,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+         VALUES ($1, 'cookie', 1, 0) RETURNING id",
+    )
+    .bind(account.id())
+    .fetch_one(&mut *tx)
+    .await
+    .expect("insert");
+    let headers = [
+        (header::SET_COOKIE, "session=secret; HttpOnly".to_owned()),
+        (
+            header::HeaderName::from_static("x-order-tag"),
+            format!("tag-{id}"),
+        ),
+        (header::LOCATION, format!("/orders/{id}")),
+    ];
+    (StatusCode::CREATED, headers, format!("order {id}")).into_response()
+}
+
+/// The example's application with `/test/cookie` on the test's framework.
+async fn cookie_app(idem: &idem::Idem<sqlx::Postgres>) -> support::TestApp {
+    support::service_with_twin(
+        idem,
+        |cfg| {
+            cfg.service(with_cookie);
+        },
+        || axum::Router::new().route("/test/cookie", axum::routing::post(with_cookie_on_axum)),
+    )
+    .await
+}
+
 async fn set_cookie_is_never_replayed_and_custom_headers_only_when_allowed() {
     let env = Env::new().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(with_cookie);
-    })
-    .await;
+    let app = cookie_app(&env.idem()).await;
 
     let first = app
         .call(post("/test/cookie", ALICE, "cookie-1", "{}"))
@@ -129,10 +165,7 @@ async fn set_cookie_is_never_replayed_and_custom_headers_only_when_allowed() {
     let idem = env
         .idem()
         .replay_header(HeaderName::from_static("x-order-tag"));
-    let app = support::service_with(&idem, |cfg| {
-        cfg.service(with_cookie);
-    })
-    .await;
+    let app = cookie_app(&idem).await;
     let first = app
         .call(post("/test/cookie", ALICE, "cookie-2", "{}"))
         .await;
@@ -154,4 +187,9 @@ async fn set_cookie_is_never_replayed_and_custom_headers_only_when_allowed() {
 support::backend_tests!(
     a_repeat_replays_status_body_and_location_without_a_second_row,
     a_new_key_creates_a_new_order,
+);
+
+support::both_frameworks!(
+    #[actix_web::test]
+    set_cookie_is_never_replayed_and_custom_headers_only_when_allowed,
 );

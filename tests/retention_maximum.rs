@@ -38,4 +38,4 @@ async fn the_longest_retention_is_stored_and_replayed<DB: TestBackend>() {
     assert_eq!(env.keys().await, 1);
 }
 
-support::backend_tests!(the_longest_retention_is_stored_and_replayed);
+support::actix_only_tests!(the_longest_retention_is_stored_and_replayed);

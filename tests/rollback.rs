@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix_web::http::header::LOCATION;
@@ -93,6 +94,40 @@ async fn flaky(
         .body(format!("order {id} on attempt {attempt}")))
 }
 
+/// The same handler on axum.
+#[idem::axum::idempotent(scope = account, retention = "24h")]
+async fn flaky_on_axum(
+    account: Account,
+    axum::Extension(state): axum::Extension<Arc<Flaky>>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> Result<axum::response::Response, AppError> {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+
+    let attempt = state.attempts.fetch_add(1, Ordering::SeqCst) + 1;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+         VALUES ($1, 'flaky', 1, 0) RETURNING id",
+    )
+    .bind(account.id())
+    .fetch_one(&mut *tx)
+    .await?;
+    if attempt == 1 {
+        match state.first {
+            FirstAttempt::Returns503 => {
+                return Ok((StatusCode::SERVICE_UNAVAILABLE, "try again").into_response());
+            }
+            FirstAttempt::Panics => panic!("first attempt panics"),
+            FirstAttempt::DatabaseError => {
+                sqlx::query("SELECT 1 / 0").execute(&mut *tx).await?;
+            }
+        }
+    }
+    let location = [(axum::http::header::LOCATION, format!("/orders/{id}"))];
+    let body = format!("order {id} on attempt {attempt}");
+    Ok((StatusCode::CREATED, location, body).into_response())
+}
+
 /// The first attempt fails as `first` says; a retry with the same key and the very same
 /// request then runs once and is stored.
 async fn retry_after(first: FirstAttempt) {
@@ -101,9 +136,18 @@ async fn retry_after(first: FirstAttempt) {
         first,
         attempts: AtomicUsize::new(0),
     });
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.app_data(state.clone()).service(flaky);
-    })
+    let shared = state.clone().into_inner();
+    let app = support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.app_data(state.clone()).service(flaky);
+        },
+        || {
+            axum::Router::new()
+                .route("/test/flaky", axum::routing::post(flaky_on_axum))
+                .layer(axum::Extension(shared))
+        },
+    )
     .await;
     let request = || post("/test/flaky", ALICE, "retry-me", "{}");
 
@@ -157,17 +201,14 @@ async fn retry_after(first: FirstAttempt) {
     );
 }
 
-#[actix_web::test]
 async fn the_same_request_is_retried_after_a_5xx() {
     retry_after(FirstAttempt::Returns503).await;
 }
 
-#[actix_web::test]
 async fn the_same_request_is_retried_after_a_panic() {
     retry_after(FirstAttempt::Panics).await;
 }
 
-#[actix_web::test]
 async fn the_same_request_is_retried_after_a_database_error() {
     retry_after(FirstAttempt::DatabaseError).await;
 }
@@ -175,4 +216,13 @@ async fn the_same_request_is_retried_after_a_database_error() {
 support::backend_tests!(
     a_500_after_the_insert_rolls_back_the_order_and_the_key,
     a_panic_after_the_insert_rolls_back_the_order_and_the_key,
+);
+
+support::both_frameworks!(
+    #[actix_web::test]
+    the_same_request_is_retried_after_a_5xx,
+    #[actix_web::test]
+    the_same_request_is_retried_after_a_panic,
+    #[actix_web::test]
+    the_same_request_is_retried_after_a_database_error,
 );

@@ -12,7 +12,6 @@ use actix_web::{FromRequest, HttpRequest, HttpResponse, dev, post};
 use support::held::{self, Gate};
 use support::{ALICE, BOB, Env, order_json, post, post_order};
 
-#[actix_web::test]
 async fn the_same_key_from_another_account_runs_independently() {
     let env = Env::new().await;
     let app = support::service(&env.idem()).await;
@@ -57,7 +56,6 @@ async fn the_same_key_from_another_account_runs_independently() {
     assert_eq!(list[0]["id"], bob_id);
 }
 
-#[actix_web::test]
 async fn an_in_flight_key_does_not_block_another_account() {
     let env = Env::new().await;
     let gate = actix_web::web::Data::new(Gate::default());
@@ -83,7 +81,6 @@ async fn an_in_flight_key_does_not_block_another_account() {
     assert_eq!(env.orders_of(BOB).await, 1);
 }
 
-#[actix_web::test]
 async fn keys_with_metacharacters_are_plain_data() {
     let env = Env::new().await;
     let app = support::service(&env.idem()).await;
@@ -228,3 +225,12 @@ async fn scopes_with_metacharacters_are_plain_data() {
     expected.sort();
     assert_eq!(stored, expected, "scopes are stored exactly as sent");
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    the_same_key_from_another_account_runs_independently,
+    #[actix_web::test]
+    an_in_flight_key_does_not_block_another_account,
+    #[actix_web::test]
+    keys_with_metacharacters_are_plain_data,
+);

@@ -105,7 +105,7 @@ async fn an_authenticated_scope_stops_both<DB: TestBackend>() {
     assert_eq!(again.body, alice.body);
 }
 
-support::backend_tests!(
+support::actix_only_tests!(
     a_path_scope_leaks_and_can_be_squatted,
     an_authenticated_scope_stops_both,
 );

@@ -23,23 +23,19 @@ async fn same_key(first: &str, second: &str, stored: &str) {
     assert_eq!(rows[0].1, stored, "the key is stored without its quotes");
 }
 
-#[actix_web::test]
 async fn quoted_then_bare_replays() {
     same_key("\"abc\"", "abc", "abc").await;
 }
 
-#[actix_web::test]
 async fn bare_then_quoted_replays() {
     same_key("abc", "\"abc\"", "abc").await;
 }
 
-#[actix_web::test]
 async fn escapes_in_the_quoted_form_denote_the_bare_characters() {
     same_key(r#""a\"b""#, r#"a"b"#, r#"a"b"#).await;
     same_key(r#"a\b"#, r#""a\\b""#, r#"a\b"#).await;
 }
 
-#[actix_web::test]
 async fn the_quoted_form_is_not_another_bare_key() {
     // `"abc"` means abc, so it must not also be usable as a distinct key with quotes.
     let env = Env::new().await;
@@ -54,3 +50,14 @@ async fn the_quoted_form_is_not_another_bare_key() {
     other.assert_idem_problem(422, "idempotency-key-reused");
     assert_eq!(env.orders().await, 1);
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    quoted_then_bare_replays,
+    #[actix_web::test]
+    bare_then_quoted_replays,
+    #[actix_web::test]
+    escapes_in_the_quoted_form_denote_the_bare_characters,
+    #[actix_web::test]
+    the_quoted_form_is_not_another_bare_key,
+);

@@ -31,7 +31,6 @@ async fn busy_timeouts(pool: &SqlitePool) -> Vec<i64> {
     timeouts
 }
 
-#[actix_web::test]
 async fn every_connection_keeps_its_busy_timeout_after_requests_that_got_the_lock_or_not() {
     let env = Env::<Sqlite>::open().await;
     let idem = env.idem().claim_wait(Duration::from_millis(50));
@@ -70,3 +69,8 @@ async fn every_connection_keeps_its_busy_timeout_after_requests_that_got_the_loc
         .await
         .assert_created();
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    every_connection_keeps_its_busy_timeout_after_requests_that_got_the_lock_or_not,
+);

@@ -46,7 +46,7 @@ async fn app<DB: TestBackend>(idem: &idem::Idem<DB>, script: &[u16]) -> TestApp 
     .await
 }
 
-fn request(key: &str) -> actix_web::test::TestRequest {
+fn request(key: &str) -> support::TestRequest {
     post("/test/scripted", ALICE, key, &order_json("tea", 1, 100))
 }
 
@@ -184,7 +184,7 @@ async fn a_phased_429_keeps_its_phases_and_frees_the_lease<DB: TestBackend>() {
     app.call(request()).await.assert_replay_of(&retry);
 }
 
-support::backend_tests!(
+support::actix_only_tests!(
     a_429_rolls_back_and_the_retry_runs,
     every_default_transient_status_rolls_back,
     transient_statuses_are_configurable,

@@ -13,10 +13,10 @@ mod webhooks;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use actix_web::test::TestRequest;
 use actix_web::{HttpResponse, post, web};
 use futures_util::future::join_all;
 use serde_json::json;
+use support::TestRequest;
 // `webhooks.rs` names the example's app as `crate::app`, as in the binary.
 use support::app;
 use support::{Env, Reply, TestApp, TestBackend};
@@ -410,7 +410,7 @@ fn the_receiver_is_documented_with_its_key_header() {
     );
 }
 
-support::backend_tests!(
+support::actix_only_tests!(
     twenty_concurrent_deliveries_record_the_event_once,
     a_delivery_that_crashed_before_its_commit_is_processed_once_on_redelivery,
     unverified_or_unkeyed_deliveries_are_refused_and_nothing_is_stored,

@@ -46,7 +46,7 @@ impl<DB: ModelStore> Run<'_, DB> {
         key: u8,
         variant: u8,
         outcome: Outcome,
-    ) -> actix_web::test::TestRequest {
+    ) -> support::TestRequest {
         let body = serde_json::json!({ "tag": format!("k{key}"), "variant": variant }).to_string();
         support::post("/model/op", SCOPES[scope], &format!("k{key}"), &body)
             .insert_header(("x-outcome", outcome.header()))

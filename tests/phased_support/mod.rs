@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
-use crate::support::Env;
+use crate::support::{Env, Framework};
 
 /// The lease of the in-process test handlers: short, so tests wait little for takeovers.
 pub(crate) const LEASE: Duration = Duration::from_secs(1);
@@ -145,10 +145,11 @@ macro_rules! example_tests {
 #[allow(unused_imports)]
 pub(crate) use example_tests;
 
-/// Builds the actix-web example `orders` (a no-op when `cargo test` already did) and
-/// returns its path.
+/// Builds the example of the test's framework (`orders` on actix-web, `orders-axum` on
+/// axum: [`Framework::example`]; a no-op when `cargo test` already did) and returns its
+/// path.
 pub(crate) fn example_binary() -> PathBuf {
-    example_binary_of("orders")
+    example_binary_of(Framework::current().example())
 }
 
 /// Builds the example binary `name`, one of [`EXAMPLES`], and returns its path.
@@ -218,8 +219,10 @@ pub(crate) struct Example {
 impl Example {
     /// Starts the example on `database_url` and a free port, with `IDEM_EXAMPLE_CRASH_AFTER=crash_after` if
     /// given, and waits for it to say it serves. The child is killed when dropped.
+    /// The binary is the test's framework's ([`Framework::example`]): a test run through
+    /// `support::backend_tests!` or `support::both_frameworks!` starts each in turn.
     pub(crate) async fn start(database_url: &str, crash_after: Option<&str>) -> Self {
-        Self::start_as("orders", database_url, crash_after).await
+        Self::start_as(Framework::current().example(), database_url, crash_after).await
     }
 
     /// [`start`](Self::start) for the example binary `example`, one of [`EXAMPLES`].

@@ -1,26 +1,54 @@
 //! Shared by the integration tests: the example's application on a fresh database
-//! (PostgreSQL, or a SQLite file), requests to it, and what the database holds afterwards.
+//! (PostgreSQL, or a SQLite file) and on either web framework (the actix-web example's
+//! `app::configure`, or the axum example's `axum_app::router`), requests to it, and what
+//! the database holds afterwards.
 //!
-//! Every test file says `mod support;` and uses the part it needs. A test written once as
-//! `async fn name<DB: TestBackend>()` runs on both databases with
-//! `support::backend_tests!(name, ..)`.
+//! Every test file says `mod support;` and uses the part it needs. Requests are
+//! framework-neutral ([`TestRequest`]); [`service`] builds the application on the
+//! framework the running test chose. Which tests run where is said where they are
+//! instantiated:
+//!
+//! - `support::backend_tests!(name, ..)`: `async fn name<DB: TestBackend>()` on both
+//!   frameworks and both databases (`with_actix::postgres::name`, .., `with_axum::sqlite::name`);
+//! - `support::both_frameworks!(#[runtime] name, ..)`: `async fn name()` on both frameworks
+//!   (`on_actix::name`, `on_axum::name`);
+//! - `support::actix_only_tests!(name, ..)`: both databases, actix-web only, for tests that
+//!   register actix-web routes of their own ([`service_with`], [`service_before`]) and have
+//!   no axum twin ([`service_with_twin`], [`service_before_twin`]);
+//! - `support::database_tests!(name, ..)`: both databases, for tests that build no web
+//!   application.
+//!
+//! A test with a plain `#[actix_web::test]` or `#[tokio::test]` runs on actix-web.
 #![allow(dead_code)]
 
 #[path = "../../examples/orders/app.rs"]
 pub(crate) mod app;
+/// The axum binary's router (`examples/orders-axum`), on the same `domain` files.
+#[path = "../../examples/orders-axum/app.rs"]
+pub(crate) mod axum_app;
+mod framework;
 pub(crate) mod held;
+mod reply;
+mod request;
 
 use std::future::Future;
-use std::rc::Rc;
 
-use actix_web::App;
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
-use actix_web::test::{self, TestRequest};
-use actix_web::web::{self, Bytes};
-use futures_util::future::LocalBoxFuture;
+// `axum_app` names the shared files as `super::domain`, as in its binary.
+pub(crate) use app::domain;
+
 use idem_testkit::{TestDb, TestSqlite};
-use serde_json::Value;
 use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite};
+
+#[allow(unused_imports)] // Each test file uses the part of this module it needs.
+pub(crate) use framework::{
+    Framework, TestApp, service, service_before, service_before_twin, service_with,
+    service_with_twin,
+};
+pub(crate) use reply::Reply;
+#[allow(unused_imports)]
+pub(crate) use request::{
+    TestRequest, get, order_json, post, post_order, post_raw_key, post_unkeyed,
+};
 
 /// Two callers.
 pub(crate) const ALICE: i64 = 1001;
@@ -36,16 +64,89 @@ pub(crate) const APP_PROBLEM: &str =
 /// Pool size for the tests: room for 20 concurrent requests plus the test's own queries.
 pub(crate) const POOL_SIZE: u32 = 25;
 
-/// Instantiates each generic test `name::<DB>()` once per database, as
-/// `postgres::name` and `sqlite::name`, so one test command runs both.
+/// Instantiates each generic test `name::<DB>()` once per framework and database, as
+/// `with_actix::postgres::name`, `with_actix::sqlite::name`, `with_axum::postgres::name`
+/// and `with_axum::sqlite::name`, so one test command runs all four. The framework is
+/// what [`service`] builds in that test (`cargo test -- with_axum` runs the axum half).
 #[allow(unused_macros)] // Each test file uses the part of this module it needs.
 macro_rules! backend_tests {
     ($($name:ident),+ $(,)?) => {
+        mod with_actix {
+            $crate::support::framework_tests!(Actix, $($name),+);
+        }
+        mod with_axum {
+            $crate::support::framework_tests!(Axum, $($name),+);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use backend_tests;
+
+/// Like [`backend_tests!`] for tests that register actix-web routes of their own
+/// (`service_with`, `service_before`) with no axum twin: `postgres::name` and
+/// `sqlite::name`, on actix-web only, so that it is explicit which tests axum misses.
+#[allow(unused_macros)]
+macro_rules! actix_only_tests {
+    ($($name:ident),+ $(,)?) => {
+        $crate::support::framework_tests!(Actix, $($name),+);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use actix_only_tests;
+
+/// For a test that is not generic over the database, `async fn name()`: once per
+/// framework, as `on_actix::name` and `on_axum::name` (beside the `with_*` modules of
+/// [`backend_tests!`] in the same file; `cargo test -- axum` runs the axum half of both).
+/// Each name comes with the runtime attribute its tests carry, e.g.
+/// `both_frameworks!(#[actix_web::test] a, #[tokio::test(flavor = "multi_thread")] b)`.
+#[allow(unused_macros)]
+macro_rules! both_frameworks {
+    ($(#[$runtime:meta] $name:ident),+ $(,)?) => {
+        mod on_actix {
+            $(
+                #[$runtime]
+                async fn $name() {
+                    $crate::support::Framework::Actix.select();
+                    crate::$name().await;
+                }
+            )+
+        }
+        mod on_axum {
+            $(
+                #[$runtime]
+                async fn $name() {
+                    $crate::support::Framework::Axum.select();
+                    crate::$name().await;
+                }
+            )+
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use both_frameworks;
+
+/// For tests that build no web application (the store, maintenance, the outbox):
+/// `postgres::name` and `sqlite::name`, with no framework to choose.
+#[allow(unused_macros)]
+macro_rules! database_tests {
+    ($($name:ident),+ $(,)?) => {
+        $crate::support::framework_tests!(Actix, $($name),+);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use database_tests;
+
+/// The databases for one framework: `postgres::name` and `sqlite::name`, each selecting
+/// `$framework` before it runs the test file's `name::<DB>()`.
+#[allow(unused_macros)]
+macro_rules! framework_tests {
+    ($framework:ident, $($name:ident),+) => {
         mod postgres {
             $(
                 #[actix_web::test]
                 async fn $name() {
-                    super::$name::<sqlx::Postgres>().await;
+                    $crate::support::Framework::$framework.select();
+                    crate::$name::<sqlx::Postgres>().await;
                 }
             )+
         }
@@ -53,14 +154,32 @@ macro_rules! backend_tests {
             $(
                 #[actix_web::test]
                 async fn $name() {
-                    super::$name::<sqlx::Sqlite>().await;
+                    $crate::support::Framework::$framework.select();
+                    crate::$name::<sqlx::Sqlite>().await;
                 }
             )+
         }
     };
 }
 #[allow(unused_imports)]
-pub(crate) use backend_tests;
+pub(crate) use framework_tests;
+
+/// `postgres()` when `DB` is PostgreSQL, `sqlite()` when it is SQLite: for what a test
+/// must name once per database, such as an axum handler made idempotent (which cannot be
+/// generic).
+pub(crate) fn by_database<DB: TestBackend, T>(
+    postgres: impl FnOnce() -> T,
+    sqlite: impl FnOnce() -> T,
+) -> T {
+    use std::any::TypeId;
+    if TypeId::of::<DB>() == TypeId::of::<Postgres>() {
+        postgres()
+    } else if TypeId::of::<DB>() == TypeId::of::<Sqlite>() {
+        sqlite()
+    } else {
+        panic!("the tests run on PostgreSQL and SQLite only")
+    }
+}
 
 /// `(scope, key, state, response_status)` of a key row.
 pub(crate) type KeyRow = (String, String, String, Option<i16>);
@@ -70,6 +189,9 @@ pub(crate) type KeyRow = (String, String, String, Option<i16>);
 pub(crate) trait TestBackend: app::Store {
     /// The test database, dropped (and deleted) at the end of the test.
     type Db;
+
+    /// The example's axum router on this database, with `idem`.
+    fn axum_router(idem: &idem::Idem<Self>) -> axum::Router;
 
     /// A fresh, empty database and a pool of [`POOL_SIZE`] to it.
     fn open() -> impl Future<Output = (Self::Db, Pool<Self>)>;
@@ -113,6 +235,10 @@ macro_rules! test_backend {
     ($db:ty, $test_db:ty, $open:expr, $direct_pool:path, $retention:literal, $leased:literal, $past:literal) => {
         impl TestBackend for $db {
             type Db = $test_db;
+
+            fn axum_router(idem: &idem::Idem<Self>) -> axum::Router {
+                axum_app::router(idem)
+            }
 
             async fn open() -> ($test_db, Pool<Self>) {
                 let db = $open;
@@ -284,237 +410,4 @@ impl<DB: TestBackend> Env<DB> {
         rows.sort();
         rows
     }
-}
-
-/// The application under test, in-process: requests go straight to its service.
-pub(crate) struct TestApp {
-    send: Box<dyn Fn(TestRequest) -> LocalBoxFuture<'static, Reply>>,
-}
-
-impl TestApp {
-    /// Sends a request and reads the whole response. Calls may run concurrently.
-    pub(crate) fn call(&self, req: TestRequest) -> LocalBoxFuture<'static, Reply> {
-        (self.send)(req)
-    }
-}
-
-/// The example's application with `idem`, plus whatever `extra` registers (test-only
-/// handlers and their app data).
-pub(crate) async fn service_with<DB: app::Store>(
-    idem: &idem::Idem<DB>,
-    extra: impl FnOnce(&mut web::ServiceConfig),
-) -> TestApp {
-    build(idem, |_| {}, extra).await
-}
-
-/// The example's application with `extra` registered before it: for a test route on one
-/// of the example's paths with another method, which the example's resource for that
-/// path would otherwise answer 405.
-pub(crate) async fn service_before<DB: app::Store>(
-    idem: &idem::Idem<DB>,
-    extra: impl FnOnce(&mut web::ServiceConfig),
-) -> TestApp {
-    build(idem, extra, |_| {}).await
-}
-
-async fn build<DB: app::Store>(
-    idem: &idem::Idem<DB>,
-    before: impl FnOnce(&mut web::ServiceConfig),
-    after: impl FnOnce(&mut web::ServiceConfig),
-) -> TestApp {
-    let service = Rc::new(
-        test::init_service(
-            App::new()
-                .configure(before)
-                .configure(|cfg| app::configure(cfg, idem))
-                .configure(after),
-        )
-        .await,
-    );
-    // Boxing here keeps actix's request type (from actix-http, not a dependency of this
-    // crate) out of every signature.
-    TestApp {
-        send: Box::new(move |req| {
-            let service = Rc::clone(&service);
-            Box::pin(async move {
-                let response = test::call_service(&*service, req.to_request()).await;
-                let status = response.status().as_u16();
-                let headers = response.headers().clone();
-                let body = test::read_body(response).await;
-                Reply {
-                    status,
-                    headers,
-                    body,
-                }
-            })
-        }),
-    }
-}
-
-/// The example's application exactly as `main` builds it.
-pub(crate) async fn service<DB: app::Store>(idem: &idem::Idem<DB>) -> TestApp {
-    service_with(idem, |_| {}).await
-}
-
-/// A response taken apart: status, headers and the exact body bytes.
-#[derive(Debug, Clone)]
-pub(crate) struct Reply {
-    pub(crate) status: u16,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Bytes,
-}
-
-impl Reply {
-    /// The one value of header `name`, as text.
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        let mut values = self.headers.get_all(name);
-        let value = values.next()?;
-        assert!(
-            values.next().is_none(),
-            "header {name} appears more than once"
-        );
-        Some(value.to_str().expect("header value is text"))
-    }
-
-    /// Whether idem marked this response as a replay (`Idempotent-Replayed: true`).
-    /// Any other value of the header fails the test.
-    pub(crate) fn replayed(&self) -> bool {
-        match self.header("idempotent-replayed") {
-            None => false,
-            Some("true") => true,
-            Some(other) => panic!("Idempotent-Replayed: {other:?}"),
-        }
-    }
-
-    pub(crate) fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|error| {
-            panic!(
-                "body is not JSON ({error}): {:?}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    /// Asserts a problem+json response with this status and `type`; returns its body.
-    pub(crate) fn assert_problem(&self, status: u16, type_uri: &str) -> Value {
-        assert_eq!(
-            self.status,
-            status,
-            "status; body: {}",
-            String::from_utf8_lossy(&self.body)
-        );
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/problem+json")
-        );
-        let body = self.json();
-        assert_eq!(body["type"], type_uri, "problem type; body: {body}");
-        assert_eq!(
-            body["status"], status,
-            "problem status member; body: {body}"
-        );
-        assert!(
-            body["title"].as_str().is_some_and(|t| !t.is_empty()),
-            "problem title; body: {body}"
-        );
-        body
-    }
-
-    /// Asserts one of idem's problems, e.g. `assert_idem_problem(409, "request-in-progress")`.
-    pub(crate) fn assert_idem_problem(&self, status: u16, slug: &str) -> Value {
-        self.assert_problem(status, &format!("{IDEM_PROBLEM}{slug}"))
-    }
-
-    /// Asserts one of the example's problems, e.g. `assert_app_problem(402, "card-declined")`.
-    pub(crate) fn assert_app_problem(&self, status: u16, slug: &str) -> Value {
-        self.assert_problem(status, &format!("{APP_PROBLEM}{slug}"))
-    }
-
-    /// Asserts a 201 from `POST /orders` that ran the handler (not a replay); returns the
-    /// order's id.
-    pub(crate) fn assert_created(&self) -> i64 {
-        assert_eq!(
-            self.status,
-            201,
-            "status; body: {}",
-            String::from_utf8_lossy(&self.body)
-        );
-        assert!(
-            !self.replayed(),
-            "an original response is not marked as replayed"
-        );
-        let id = self.json()["id"]
-            .as_i64()
-            .expect("the order has an integer id");
-        assert_eq!(
-            self.header("location"),
-            Some(format!("/orders/{id}").as_str())
-        );
-        assert_eq!(self.header("content-type"), Some("application/json"));
-        id
-    }
-
-    /// Asserts that this is a replay of `original`: the same status, the same body bytes,
-    /// the same replayable headers, plus `Idempotent-Replayed: true`.
-    pub(crate) fn assert_replay_of(&self, original: &Reply) {
-        assert!(!original.replayed(), "the original is not itself a replay");
-        assert!(
-            self.replayed(),
-            "a replay carries Idempotent-Replayed: true"
-        );
-        assert_eq!(self.status, original.status, "replayed status");
-        assert_eq!(self.body, original.body, "replayed body bytes");
-        for name in [
-            "location",
-            "content-type",
-            "content-location",
-            "etag",
-            "last-modified",
-        ] {
-            assert_eq!(
-                self.header(name),
-                original.header(name),
-                "replayed {name} header"
-            );
-        }
-    }
-}
-
-/// A JSON order body in compact form.
-pub(crate) fn order_json(item: &str, quantity: i64, amount_cents: i64) -> String {
-    serde_json::json!({ "item": item, "quantity": quantity, "amount_cents": amount_cents })
-        .to_string()
-}
-
-/// `POST uri` as `account` with a JSON `body` and no idempotency key.
-pub(crate) fn post_unkeyed(uri: &str, account: i64, body: &str) -> TestRequest {
-    TestRequest::post()
-        .uri(uri)
-        .insert_header(("x-account-id", account.to_string()))
-        .insert_header(("content-type", "application/json"))
-        .set_payload(body.to_owned())
-}
-
-/// `POST uri` as `account` with `Idempotency-Key: key` and a JSON `body`.
-pub(crate) fn post(uri: &str, account: i64, key: &str, body: &str) -> TestRequest {
-    post_raw_key(uri, account, key.as_bytes(), body)
-}
-
-/// Like [`post`], with the key header's raw bytes (for non-ASCII keys).
-pub(crate) fn post_raw_key(uri: &str, account: i64, key: &[u8], body: &str) -> TestRequest {
-    let key = HeaderValue::from_bytes(key).expect("bytes allowed in a header value");
-    post_unkeyed(uri, account, body)
-        .insert_header((HeaderName::from_static("idempotency-key"), key))
-}
-
-/// `POST /orders` as `account` with `Idempotency-Key: key`.
-pub(crate) fn post_order(account: i64, key: &str, body: &str) -> TestRequest {
-    post("/orders", account, key, body)
-}
-
-/// `GET uri` as `account`.
-pub(crate) fn get(uri: &str, account: i64) -> TestRequest {
-    TestRequest::get()
-        .uri(uri)
-        .insert_header(("x-account-id", account.to_string()))
 }
