@@ -312,6 +312,10 @@
 //! Callers written in Rust can use the `idem-client` crate, a reqwest middleware that
 //! sends one key per logical request and retries it safely.
 
+// The actix-web form only with its adapter: without the feature, `idem::idempotent` is
+// not there to name (an unresolved import), rather than a macro whose output names a
+// `__private::actix` that is not.
+#[cfg(feature = "actix")]
 pub use idem_macros::idempotent;
 /// The operator's side: the expiry sweep, the schema's status, the views of the key table
 /// and the repair of unfinished keys.
