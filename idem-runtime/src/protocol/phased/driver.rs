@@ -30,7 +30,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         // futures, and the framework moves the handler's future several times before
         // polling it (actix-web three times, then into its own box); a pointer moves
         // for the cost of a word, the whole state for a memcpy of its size each time.
-        instrumented::<W>(self.policy, Box::pin(self.run_phased_inner(scope, lease, handler))).await
+        instrumented::<W>(
+            self.policy,
+            Box::pin(self.run_phased_inner(scope, lease, handler)),
+        )
+        .await
     }
 
     async fn run_phased_inner<F>(&self, scope: &str, lease: Duration, handler: F) -> Done<W>

@@ -345,7 +345,7 @@ impl WebhookRejected {
     }
 
     /// The body could not be read to verify it.
-        pub(crate) fn unreadable_body(error: impl fmt::Display) -> Self {
+    pub(crate) fn unreadable_body(error: impl fmt::Display) -> Self {
         rejected(
             ProblemKind::BodyInvalid,
             format!("the body could not be read: {error}"),
