@@ -26,6 +26,7 @@ pub(crate) mod inbox;
 pub(crate) mod postgres;
 mod records;
 mod requests;
+mod sealed;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 mod stored_bytes;
@@ -42,9 +43,6 @@ pub(crate) use requests::{
     AttemptRef, AttemptRow, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow, PeekedKey,
     PhaseRecord, PhasedClaim, StoredResponse,
 };
-
-/// A request's fingerprint as the store keeps it: the SHA-256 digest of the request.
-pub(crate) type Digest = [u8; 32];
 
 /// Name of the table that records which of idem's migrations ran.
 pub const MIGRATIONS_TABLE: &str = "_idem_migrations";
@@ -389,14 +387,6 @@ pub enum Resolved {
     AlreadyCompleted,
     /// An attempt holds the key's lease: it is being worked on.
     InLease,
-}
-
-mod sealed {
-    pub trait Sealed {}
-    #[cfg(feature = "postgres")]
-    impl Sealed for sqlx::Postgres {}
-    #[cfg(feature = "sqlite")]
-    impl Sealed for sqlx::Sqlite {}
 }
 
 /// `(version, success, checksum)` of a row of idem's migration history.

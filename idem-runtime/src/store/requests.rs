@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::Digest;
 use super::stored_bytes::StoredBytes;
+
+/// A request's fingerprint as the store keeps it: the SHA-256 digest of the request.
+pub(crate) type Digest = [u8; 32];
 
 /// Everything a claim writes about a request.
 #[doc(hidden)]
@@ -73,7 +75,9 @@ pub(crate) struct KeyColumns {
 }
 
 impl KeyColumns {
-    /// The size of the stored response's header block and body, as read.
+    /// The size of the stored response's header block and body, as read (PostgreSQL
+    /// gives its connection's buffers back after a large one).
+    #[cfg(feature = "postgres")]
     pub(crate) fn stored_len(&self) -> usize {
         [&self.response_headers, &self.response_body]
             .iter()

@@ -344,7 +344,9 @@ impl WebhookRejected {
         rejected(ProblemKind::NotConfigured, detail)
     }
 
-    /// The body could not be read to verify it.
+    /// The body could not be read to verify it (actix-web streams it to the extractor;
+    /// axum's adapter hands over the buffered bytes, which cannot fail).
+    #[cfg(feature = "actix")]
     pub(crate) fn unreadable_body(error: impl fmt::Display) -> Self {
         rejected(
             ProblemKind::BodyInvalid,
