@@ -5,6 +5,7 @@
 //! answered before any key is claimed. The user's `State`, `Path`, `Json` and a custom
 //! `FromRequestParts` run on the buffered body.
 
+mod axum_support;
 mod support;
 
 use std::borrow::Cow;
@@ -16,6 +17,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
+use axum_support::Reply;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use support::{ALICE, BOB, Env, TestBackend};
@@ -165,36 +167,20 @@ impl AxumBackend for sqlx::Sqlite {
     }
 }
 
-/// A server on a free port of 127.0.0.1 serving the router with `idem`.
+/// The shared server (tests/axum_support) serving the router with `idem`, and how many
+/// times a handler body ran.
 struct Server {
-    base: String,
-    client: reqwest::Client,
+    inner: axum_support::Server,
     runs: Counter,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl Server {
     async fn start<DB: AxumBackend>(idem: idem::Idem<DB>) -> Self {
         let runs = Counter::default();
         let app = DB::routes().layer(Extension(idem)).with_state(runs.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0");
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("serve");
-        });
         Self {
-            base,
-            client: reqwest::Client::new(),
+            inner: axum_support::Server::start(app).await,
             runs,
-            task,
         }
     }
 
@@ -204,8 +190,8 @@ impl Server {
 
     async fn post(&self, path: &str, account: Option<i64>, key: Option<&str>, body: &str) -> Reply {
         let mut request = self
-            .client
-            .post(format!("{}{path}", self.base))
+            .inner
+            .post(path)
             .header("content-type", "application/json")
             .body(body.to_owned());
         if let Some(account) = account {
@@ -214,45 +200,7 @@ impl Server {
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
         }
-        let response = request.send().await.expect("the server answers");
-        Reply {
-            status: response.status().as_u16(),
-            headers: response.headers().clone(),
-            body: response.bytes().await.expect("read the body").to_vec(),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|value| value.to_str().unwrap())
-    }
-
-    fn replayed(&self) -> bool {
-        self.header("idempotent-replayed") == Some("true")
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("a JSON body")
-    }
-
-    /// An idem problem response with this status and slug.
-    fn assert_problem(&self, status: u16, slug: &str) {
-        assert_eq!(self.status, status, "{self:?}");
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/problem+json")
-        );
-        let problem = self.json();
-        let kind = problem["type"].as_str().unwrap_or_default();
-        assert!(kind.ends_with(&format!("#{slug}")), "{problem}");
+        axum_support::Server::send(request).await
     }
 }
 
@@ -464,28 +412,7 @@ async fn the_phased_form_replays_its_final_answer<DB: AxumBackend>() {
     assert!(!leased, "the lease is released");
 }
 
-macro_rules! axum_backend_tests {
-    ($($name:ident),+ $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<sqlx::Postgres>().await;
-                }
-            )+
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<sqlx::Sqlite>().await;
-                }
-            )+
-        }
-    };
-}
-
-axum_backend_tests!(
+axum_support::axum_backend_tests!(
     a_repeat_replays_status_allowed_headers_and_exact_body,
     a_different_body_or_path_is_422,
     concurrent_duplicates_run_the_handler_once,

@@ -45,8 +45,27 @@ fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
             // Generic over the database, so registered with `.route(..)`, without a
             // route attribute for the registry to see.
             ("app".to_owned(), "create_order", "account", 24 * 3600, None),
-            // The test support's handler that holds its key until a test lets it go.
+            // The axum example's, which the test support serves too: axum handlers are
+            // not generic, so there is one per database, each registered.
+            (
+                "on_postgres".to_owned(),
+                "create_order",
+                "account",
+                24 * 3600,
+                None
+            ),
+            (
+                "on_sqlite".to_owned(),
+                "create_order",
+                "account",
+                24 * 3600,
+                None
+            ),
+            // The test support's handler that holds its key until a test lets it go, and
+            // its axum twins.
             ("held".to_owned(), "held", "account", 24 * 3600, None),
+            ("on_postgres".to_owned(), "held", "account", 24 * 3600, None),
+            ("on_sqlite".to_owned(), "held", "account", 24 * 3600, None),
         ]
     );
 }
