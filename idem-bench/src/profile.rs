@@ -31,17 +31,49 @@ pub(crate) async fn run(options: &Options, requests: u64) -> Result<(), String> 
         println!(
             "PostgreSQL: server instructions per request (callgrind, {requests} requests, 1 connection)"
         );
+        let axum_idem = Arc::new(KeyLog::default());
+        // The axum server (`server_axum.rs`) has the same paths on its own port.
         let loads = [
-            ("bare", "/bare/orders", Mode::Fresh(None)),
-            ("hand", "/hand/orders", Mode::Fresh(Some(Arc::clone(&hand)))),
-            ("idem", "/idem/orders", Mode::Fresh(Some(Arc::clone(&idem)))),
-            ("replay", "/idem/orders", Mode::Replay(Arc::clone(&idem))),
+            ("bare", ACTIX, "/bare/orders", Mode::Fresh(None)),
+            (
+                "hand",
+                ACTIX,
+                "/hand/orders",
+                Mode::Fresh(Some(Arc::clone(&hand))),
+            ),
+            (
+                "idem",
+                ACTIX,
+                "/idem/orders",
+                Mode::Fresh(Some(Arc::clone(&idem))),
+            ),
+            (
+                "replay",
+                ACTIX,
+                "/idem/orders",
+                Mode::Replay(Arc::clone(&idem)),
+            ),
             (
                 "hand-replay",
+                ACTIX,
                 "/hand/orders",
                 Mode::Replay(Arc::clone(&hand)),
             ),
-            ("phased", "/phased/orders", Mode::Fresh(None)),
+            ("phased", ACTIX, "/phased/orders", Mode::Fresh(None)),
+            ("axum-bare", AXUM, "/bare/orders", Mode::Fresh(None)),
+            ("axum-hand", AXUM, "/hand/orders", Mode::Fresh(None)),
+            (
+                "axum-idem",
+                AXUM,
+                "/idem/orders",
+                Mode::Fresh(Some(Arc::clone(&axum_idem))),
+            ),
+            (
+                "axum-replay",
+                AXUM,
+                "/idem/orders",
+                Mode::Replay(Arc::clone(&axum_idem)),
+            ),
         ];
         profile(options, &server, loads, requests, "").await?;
         server.stop();
@@ -66,10 +98,20 @@ pub(crate) async fn run(options: &Options, requests: u64) -> Result<(), String> 
         );
         let idem = Arc::new(KeyLog::default());
         let loads = [
-            ("bare", "/bare/orders", Mode::Fresh(None)),
-            ("hand", "/hand/orders", Mode::Fresh(None)),
-            ("idem", "/idem/orders", Mode::Fresh(Some(Arc::clone(&idem)))),
-            ("replay", "/idem/orders", Mode::Replay(Arc::clone(&idem))),
+            ("bare", ACTIX, "/bare/orders", Mode::Fresh(None)),
+            ("hand", ACTIX, "/hand/orders", Mode::Fresh(None)),
+            (
+                "idem",
+                ACTIX,
+                "/idem/orders",
+                Mode::Fresh(Some(Arc::clone(&idem))),
+            ),
+            (
+                "replay",
+                ACTIX,
+                "/idem/orders",
+                Mode::Replay(Arc::clone(&idem)),
+            ),
         ];
         profile(options, &server, loads, requests, "sqlite-").await?;
         server.stop();
@@ -91,24 +133,29 @@ fn wrapper(options: &Options) -> Vec<String> {
     ]
 }
 
+/// Which of the server's two listeners a load goes to.
+const ACTIX: bool = false;
+const AXUM: bool = true;
+
 /// Each load once for warm-up, then `requests` of it counted; the dumps are named
 /// `prefix` + the load's name.
 async fn profile<const N: usize>(
     options: &Options,
     server: &Server,
-    loads: [(&str, &'static str, Mode); N],
+    loads: [(&str, bool, &'static str, Mode); N],
     requests: u64,
     prefix: &str,
 ) -> Result<(), String> {
     let pid = server.pid();
-    for (name, path, mode) in loads {
+    for (name, on_axum, path, mode) in loads {
+        let addr = if on_axum { server.axum } else { server.addr };
         let load = HttpLoad { path, mode };
         let dump = format!("{prefix}{name}");
         // Warm up: first-use allocations and prepared statements are not per request.
-        load::run_count(server.addr, &load, 1, 200.min(requests)).await?;
+        load::run_count(addr, &load, 1, 200.min(requests)).await?;
         control(pid, &["-i", "on"])?;
         control(pid, &["-z"])?;
-        let stats = load::run_count(server.addr, &load, 1, requests).await?;
+        let stats = load::run_count(addr, &load, 1, requests).await?;
         control(pid, &["-d", &dump])?;
         control(pid, &["-i", "off"])?;
         if stats.errors > 0 {
