@@ -8,52 +8,16 @@
 mod axum_support;
 mod support;
 
-use std::borrow::Cow;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
-use axum_support::Reply;
+use axum_support::{Account, Counter, NewOrder, Reply};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use support::{ALICE, BOB, Env, TestBackend};
-
-/// The caller, from `X-Account-Id`; 401 without it, before idem reads the key.
-#[derive(Debug, Clone, Copy)]
-struct Account(i64);
-
-impl idem::ScopeKey for Account {
-    fn scope_key(&self) -> Cow<'_, str> {
-        Cow::Owned(self.0.to_string())
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Account {
-    type Rejection = (StatusCode, &'static str);
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .headers
-            .get("x-account-id")
-            .and_then(|value| value.to_str().ok()?.parse().ok())
-            .map(Account)
-            .ok_or((StatusCode::UNAUTHORIZED, "send X-Account-Id"))
-    }
-}
-
-/// The router's state: how many times a handler body ran.
-#[derive(Clone, Default)]
-struct Counter(Arc<AtomicUsize>);
-
-#[derive(serde::Deserialize)]
-struct NewOrder {
-    item: String,
-    quantity: i32,
-}
 
 /// The same handlers on each database: axum handlers made idempotent are not generic.
 macro_rules! handlers {

@@ -2,8 +2,49 @@
 //! port of 127.0.0.1, requests to it with reqwest, and what a reply says.
 #![allow(dead_code)] // Each test file uses the part of this module it needs.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
 use axum::Router;
+use axum::extract::FromRequestParts;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
 use serde_json::Value;
+
+/// The caller, from `X-Account-Id`; 401 without it, before idem reads the key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Account(pub(crate) i64);
+
+impl idem::ScopeKey for Account {
+    fn scope_key(&self) -> Cow<'_, str> {
+        Cow::Owned(self.0.to_string())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Account {
+    type Rejection = (StatusCode, &'static str);
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .headers
+            .get("x-account-id")
+            .and_then(|value| value.to_str().ok()?.parse().ok())
+            .map(Account)
+            .ok_or((StatusCode::UNAUTHORIZED, "send X-Account-Id"))
+    }
+}
+
+/// How many times a handler body ran (a router's state).
+#[derive(Clone, Default)]
+pub(crate) struct Counter(pub(crate) Arc<AtomicUsize>);
+
+/// The tests' order body.
+#[derive(serde::Deserialize)]
+pub(crate) struct NewOrder {
+    pub(crate) item: String,
+    pub(crate) quantity: i32,
+}
 
 /// A server on a free port of 127.0.0.1, stopped when dropped.
 pub(crate) struct Server {
