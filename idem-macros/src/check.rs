@@ -28,11 +28,14 @@ pub(crate) fn check(
     if func.sig.asyncness.is_none() {
         errors.push(syn::Error::new(
             func.sig.fn_token.span,
-            "`#[idempotent]` handlers must be `async fn`: write `async fn`",
+            format!(
+                "{} handlers must be `async fn`: write `async fn`",
+                framework.attribute()
+            ),
         ));
     }
     let attrs = attributes(framework, &func, &mut errors);
-    let params = params(&func, &mut errors);
+    let params = params(framework, &func, &mut errors);
     if framework == Framework::Axum {
         axum_rules(&func, &params.params, &mut errors);
     }
@@ -192,7 +195,7 @@ struct Named {
     tokens: TokenStream,
 }
 
-fn params(func: &ItemFn, errors: &mut Errors) -> Params {
+fn params(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Params {
     let mut params = Params {
         params: Vec::new(),
         tx: None,
@@ -204,7 +207,10 @@ fn params(func: &ItemFn, errors: &mut Errors) -> Params {
             FnArg::Receiver(receiver) => {
                 errors.push(syn::Error::new_spanned(
                     receiver,
-                    "`#[idempotent]` handlers are free functions: remove the `self` parameter",
+                    format!(
+                        "{} handlers are free functions: remove the `self` parameter",
+                        framework.attribute()
+                    ),
                 ));
                 params.has_receiver = true;
                 continue;

@@ -90,7 +90,10 @@ fn entry(framework: model::Framework, args: TokenStream, item: TokenStream) -> T
     let Ok(func) = syn::parse2::<syn::ItemFn>(item.clone()) else {
         let error = syn::Error::new(
             proc_macro2::Span::call_site(),
-            "`#[idempotent]` goes on an `async fn` request handler",
+            format!(
+                "{} goes on an `async fn` request handler",
+                framework.attribute()
+            ),
         )
         .into_compile_error();
         return quote::quote!(#item #error).into();

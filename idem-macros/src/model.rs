@@ -20,6 +20,16 @@ pub(crate) enum Framework {
     Axum,
 }
 
+impl Framework {
+    /// The attribute as the user wrote it, for messages about the handler.
+    pub(crate) fn attribute(self) -> &'static str {
+        match self {
+            Self::Actix => "`#[idempotent]`",
+            Self::Axum => "`#[idem::axum::idempotent]`",
+        }
+    }
+}
+
 /// What the attribute expands to.
 pub(crate) enum Expansion {
     Handler(Model),
