@@ -7,14 +7,8 @@ use actix_web::dev::Payload;
 use actix_web::web::{self, Bytes};
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
-use crate::protocol::webhook::verify::Delivery;
+use crate::protocol::webhook::verify::{Delivery, RawBody};
 use crate::protocol::webhook::{SignedWebhook, WebhookRejected, WebhookVerifier};
-
-/// The body as received, put in the request's extensions by idem before the extractors
-/// run, so that a verifier can check a signature over the exact bytes without taking
-/// the payload from the extractors after it.
-#[derive(Clone)]
-pub(crate) struct RawBody(pub(crate) Bytes);
 
 impl FromRequest for SignedWebhook {
     type Error = WebhookRejected;

@@ -11,7 +11,6 @@ use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue};
 use http::request::Parts;
 
 use super::framework::{Axum, problem_response, read_limited};
-use super::webhook::RawBody;
 use crate::protocol::config::Idem;
 use crate::protocol::exchange::Exchange;
 use crate::protocol::fingerprint::decode::{self, BodyLimit};
@@ -20,6 +19,7 @@ use crate::protocol::phased::Phases;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::ProblemKind;
 use crate::protocol::tx::{Slot, Tx};
+use crate::protocol::webhook::verify::RawBody;
 use crate::store::Backend;
 
 /// A request whose body is read and decoded, before any extractor ran.

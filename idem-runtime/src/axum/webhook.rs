@@ -1,16 +1,10 @@
 //! `SignedWebhook` as an axum extractor.
 
 use ::axum::extract::FromRequestParts;
-use bytes::Bytes;
 use http::request::Parts;
 
-use crate::protocol::webhook::verify::Delivery;
+use crate::protocol::webhook::verify::{Delivery, RawBody};
 use crate::protocol::webhook::{SignedWebhook, WebhookRejected, WebhookVerifier};
-
-/// The body as received, put in the request's extensions by idem once it has buffered
-/// it, so that a verifier checks the signature over the exact bytes from the head alone.
-#[derive(Clone, Debug)]
-pub(crate) struct RawBody(pub(crate) Bytes);
 
 /// Verifies the delivery with the [`WebhookVerifier`] that
 /// `Router::layer(axum::Extension(verifier))` put in the request's extensions.

@@ -75,6 +75,11 @@ impl Identity<'_> {
 
 /// Runs one form of the protocol inside the `idempotent` span, then records its outcome
 /// on the span, in the metrics and, for a webhook, in the log.
+///
+/// Callers hand `run` over boxed: the state machine holds the claim's, the handler's and
+/// the record's futures, and the framework moves the handler's future several times
+/// before polling it (actix-web three times, then into its own box). A pointer moves for
+/// the cost of a word, the whole state for a memcpy of its size each time.
 pub(crate) async fn instrumented<W: Framework>(
     policy: &'static Policy,
     run: impl Future<Output = Done<W>>,

@@ -33,10 +33,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> W::Response,
     {
-        // Boxed: the state machine holds the claim's, the handler's and the record's
-        // futures, and the framework moves the handler's future several times before
-        // polling it (actix-web three times, then into its own box); a pointer moves
-        // for the cost of a word, the whole state for a memcpy of its size each time.
+        // Boxed, so the framework moves a pointer (see `instrumented`).
         instrumented::<W>(self.policy, Box::pin(self.run_inner(scope, handler))).await
     }
 
@@ -71,10 +68,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: AsyncFnOnce(Slot<DB>) -> W::Response,
     {
-        // Boxed: the state machine holds the claim's, the handler's and the record's
-        // futures, and the framework moves the handler's future several times before
-        // polling it (actix-web three times, then into its own box); a pointer moves
-        // for the cost of a word, the whole state for a memcpy of its size each time.
+        // Boxed, so the framework moves a pointer (see `instrumented`).
         instrumented::<W>(self.policy, Box::pin(self.run_lent_inner(scope, handler))).await
     }
 

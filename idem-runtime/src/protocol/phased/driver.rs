@@ -26,10 +26,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: AsyncFnOnce(Phases<DB>) -> W::Response,
     {
-        // Boxed: the state machine holds the claim's, the handler's and the record's
-        // futures, and the framework moves the handler's future several times before
-        // polling it (actix-web three times, then into its own box); a pointer moves
-        // for the cost of a word, the whole state for a memcpy of its size each time.
+        // Boxed, so the framework moves a pointer (see `instrumented`).
         instrumented::<W>(
             self.policy,
             Box::pin(self.run_phased_inner(scope, lease, handler)),

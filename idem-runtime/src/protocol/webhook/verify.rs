@@ -355,6 +355,12 @@ impl WebhookRejected {
     }
 }
 
+/// The body as received, which an adapter puts in the request's extensions once it has
+/// buffered it, so that [`SignedWebhook`]'s extractor verifies the exact bytes without
+/// taking the body from the extractors after it.
+#[derive(Clone, Debug)]
+pub(crate) struct RawBody(pub(crate) Bytes);
+
 /// The signature headers of a delivery, read before its body.
 #[derive(Debug)]
 pub(crate) struct Delivery {
