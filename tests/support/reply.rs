@@ -111,7 +111,9 @@ impl Reply {
         assert!(!original.replayed(), "the original is not itself a replay");
         assert!(
             self.replayed(),
-            "a replay carries Idempotent-Replayed: true"
+            "a replay carries Idempotent-Replayed: true; got {} with body {}",
+            self.status,
+            String::from_utf8_lossy(&self.body)
         );
         assert_eq!(self.status, original.status, "replayed status");
         assert_eq!(self.body, original.body, "replayed body bytes");

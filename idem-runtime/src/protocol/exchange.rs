@@ -115,16 +115,18 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         })
     }
 
-    /// Opens the request's transaction, or answers why it could not.
+    /// Opens the request's transaction, or answers why it could not. `phased`: the
+    /// claim is the phased form's.
     pub(crate) async fn begin(
         &self,
         claim: &ClaimRequest<'_>,
+        phased: bool,
     ) -> Result<Transaction<'static, DB>, Done<W>> {
         let begin = DB::begin(self.idem.pool(), self.idem.opening());
         match timed(self.policy, "begin", begin).await {
             Ok(txn) => Ok(txn),
             // SQLite: another request holds the database's write lock past `claim_wait`.
-            Err(error) if DB::is_lock_timeout(&error) => Err(self.busy(claim)),
+            Err(error) if DB::is_lock_timeout(&error) => Err(self.busy(claim, phased).await),
             Err(error) => Err(answer::<W>(storage_unavailable(&error))),
         }
     }
@@ -197,11 +199,18 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     }
 
     /// The answer to a request that could not get the database's one write lock within
-    /// `claim_wait`: 409 when a request of this process holds its key, else 503
-    /// `storage-busy`, as the lock holder may be any request.
-    pub(crate) fn busy(&self, claim: &ClaimRequest<'_>) -> Done<W> {
+    /// `claim_wait`: 409 when a request of this process holds its key; the answer a read
+    /// of the key gives now, as the request holding it may have committed while this one
+    /// waited (a replay, 422, 409); else 503 `storage-busy`, as the lock holder may be any
+    /// request.
+    async fn busy(&self, claim: &ClaimRequest<'_>, phased: bool) -> Done<W> {
         if self.idem.in_flight().holds(claim) {
             return answer::<W>(in_progress());
+        }
+        // The first read saw no committed key; the lock may since have passed from the
+        // key's holder, after its commit, to any other writer.
+        if let Some(answer) = self.answer_from_read(claim, phased).await {
+            return answer;
         }
         tracing::warn!(
             handler = self.policy.handler(),

@@ -117,7 +117,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         if let Some(answer) = self.answer_from_read(claim, false).await {
             return Err(answer);
         }
-        let mut txn = self.begin(claim).await?;
+        let mut txn = self.begin(claim, false).await?;
         match timed(self.policy, "claim", DB::claim(&mut txn, claim)).await {
             Ok(Claim::Claimed { generation }) => {
                 let held = DB::ONE_WRITER.then(|| self.idem.in_flight().hold(claim));

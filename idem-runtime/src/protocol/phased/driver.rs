@@ -155,7 +155,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         claim: &ClaimRequest<'_>,
         lease: Duration,
     ) -> Result<AttemptRow, Done<W>> {
-        let mut txn = self.begin(claim).await?;
+        let mut txn = self.begin(claim, true).await?;
         let claimed = DB::claim_phased(&mut txn, claim, lease);
         let row = match timed(self.policy, "claim", claimed).await {
             Ok(PhasedClaim::Claimed(row)) => row,

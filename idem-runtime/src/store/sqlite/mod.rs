@@ -9,7 +9,8 @@
 //! the write lock at once, with the busy timeout set to `Idem::claim_wait` for that one
 //! statement. A request that cannot get the lock in time fails with `SQLITE_BUSY`: the
 //! lock may be held by any request, for any key, so the flow answers 503 `storage-busy`,
-//! unless it knows that a request of this process holds this very key (then 409). Holding
+//! unless it knows that a request of this process holds this very key (then 409) or a
+//! second read finds the key committed while it waited (then what that read answers). Holding
 //! the lock, a claim sees every committed row and no other writer can come between its
 //! statements, so the claim needs none of PostgreSQL's snapshot re-reads; it also checks
 //! again what the read saw, which may have changed in between.
