@@ -64,13 +64,7 @@ async fn the_spawned_task_sweeps_on_its_interval_and_stops() {
     assert_eq!(stats.failed_sweeps, 0);
     assert!(stats.last_sweep.is_some());
 
-    let stopping = Instant::now();
     handle.stop().await;
-    assert!(
-        stopping.elapsed() < Duration::from_secs(1),
-        "stopped in {:?}",
-        stopping.elapsed()
-    );
 }
 
 #[tokio::test]
@@ -82,13 +76,11 @@ async fn stop_does_not_wait_for_the_interval() {
         expiry.stats().sweeps == 1
     })
     .await;
-    let stopping = Instant::now();
-    handle.stop().await;
-    assert!(
-        stopping.elapsed() < Duration::from_millis(500),
-        "stopped in {:?} while sleeping for an hour",
-        stopping.elapsed()
-    );
+    // Had stop waited for the interval, it would return after an hour: a minute tells the
+    // two apart on any machine, without timing how quickly it stops.
+    tokio::time::timeout(Duration::from_secs(60), handle.stop())
+        .await
+        .expect("stop returns without waiting for the hour-long interval");
 }
 
 #[tokio::test]
@@ -104,13 +96,8 @@ async fn stop_interrupts_a_long_sweep_between_batches() {
         expiry.stats().batches >= 2
     })
     .await;
-    let stopping = Instant::now();
     handle.stop().await;
-    assert!(
-        stopping.elapsed() < Duration::from_secs(1),
-        "stopped in {:?}",
-        stopping.elapsed()
-    );
+    // Stopped between batches: had it finished the sweep first, no row would be left.
     let left = keys.left("due").await;
     assert!(left > 0 && left < 1000, "{left} rows left");
     assert_eq!(
