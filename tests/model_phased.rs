@@ -1,8 +1,9 @@
 //! Model-based test of the phased form: proptest generates sequences of requests,
 //! concurrent duplicates, handler outcomes (2xx, a stored 4xx, 5xx, panic), process
 //! deaths at each phase boundary, lease and retention expiry, expiry sweeps, relay runs
-//! and relay deaths, and drives the real runtime through them on both databases. After
-//! every step the database and the answers are checked against a reference model:
+//! and relay deaths, and drives the real runtime through them on both databases, with the
+//! handler on actix-web and on axum. After every step the database and the answers are
+//! checked against a reference model:
 //!
 //! - each committed phase ran at most once per operation (an operation is a key from its
 //!   first use until it completes, whatever attempts and retentions it passes through);
@@ -15,16 +16,18 @@
 //! Time moves by rewriting the rows' time columns, never by sleeping. A failing sequence
 //! shrinks to a short readable list of steps, printed with the failure; it then belongs
 //! in the regression tests at the end of this file, as the ones there came to be.
-//! `IDEM_MODEL_CASES` sets the number of sequences per database (default 24).
+//! `IDEM_MODEL_CASES` sets the number of sequences per database and framework (default
+//! 24).
 
 mod model_support;
+mod phased_support;
 mod support;
 
 use model_support::run::run_sequence;
 use model_support::steps::{Outcome, Step, step};
 use model_support::store::{ModelStore, create_effects};
 use proptest::test_runner::{Config, TestRunner};
-use support::Env;
+use support::{Env, Framework};
 
 fn cases() -> u32 {
     std::env::var("IDEM_MODEL_CASES")
@@ -33,7 +36,9 @@ fn cases() -> u32 {
         .unwrap_or(24)
 }
 
-fn model_test<DB: ModelStore>() {
+/// The model on `DB`, with the handler on `framework`.
+fn model_test<DB: ModelStore>(framework: Framework) {
+    framework.select();
     let system = actix_web::rt::System::new();
     let env = system.block_on(async {
         let env = Env::<DB>::open().await;
@@ -61,7 +66,7 @@ fn model_test<DB: ModelStore>() {
         system.block_on(run_sequence(&env, &steps))
     });
     eprintln!(
-        "model ({}): {} sequences, {} steps (shrinking included), {:?}",
+        "model ({}, {framework:?}): {} sequences, {} steps (shrinking included), {:?}",
         std::any::type_name::<DB>(),
         cases(),
         steps_run.get(),
@@ -73,17 +78,34 @@ fn model_test<DB: ModelStore>() {
 }
 
 #[test]
-fn postgres_follows_the_model() {
-    model_test::<sqlx::Postgres>();
+fn postgres_follows_the_model_on_actix() {
+    model_test::<sqlx::Postgres>(Framework::Actix);
 }
 
 #[test]
-fn sqlite_follows_the_model() {
-    model_test::<sqlx::Sqlite>();
+fn postgres_follows_the_model_on_axum() {
+    model_test::<sqlx::Postgres>(Framework::Axum);
 }
 
-/// Runs one fixed sequence on both databases.
+#[test]
+fn sqlite_follows_the_model_on_actix() {
+    model_test::<sqlx::Sqlite>(Framework::Actix);
+}
+
+#[test]
+fn sqlite_follows_the_model_on_axum() {
+    model_test::<sqlx::Sqlite>(Framework::Axum);
+}
+
+/// Runs one fixed sequence on both databases, with the handler on each framework.
 fn regression(steps: &[Step]) {
+    for framework in [Framework::Actix, Framework::Axum] {
+        regression_on(framework, steps);
+    }
+}
+
+fn regression_on(framework: Framework, steps: &[Step]) {
+    framework.select();
     let system = actix_web::rt::System::new();
     let postgres = system.block_on(async {
         let env = Env::<sqlx::Postgres>::open().await;
@@ -91,7 +113,7 @@ fn regression(steps: &[Step]) {
         run_sequence(&env, steps).await
     });
     if let Err(failure) = postgres {
-        panic!("postgres: {failure}");
+        panic!("postgres, {framework:?}: {failure}");
     }
     let sqlite = system.block_on(async {
         let env = Env::<sqlx::Sqlite>::open().await;
@@ -99,7 +121,7 @@ fn regression(steps: &[Step]) {
         run_sequence(&env, steps).await
     });
     if let Err(failure) = sqlite {
-        panic!("sqlite: {failure}");
+        panic!("sqlite, {framework:?}: {failure}");
     }
 }
 

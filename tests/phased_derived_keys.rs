@@ -5,12 +5,15 @@
 mod phased_support;
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{post, web};
+use axum::extract::Query;
+use axum::{Extension, Router};
 use futures_util::future::select;
 use idem::PhaseError;
-use phased_support::{Gate, PAST_LEASE};
+use phased_support::{Answer, Gate, PAST_LEASE};
 use serde_json::json;
 use support::app::Account;
 use support::{ALICE, BOB, Env, Reply, TestApp, post};
@@ -23,16 +26,13 @@ struct Control {
 }
 
 /// Records the `charge` key in a phase (as a provider would have seen it), then answers
-/// with the recorded key beside the keys this attempt derives.
-#[post("/test/derive")]
-#[idem::idempotent(scope = account, lease = "1s")]
+/// with the recorded key beside the keys this attempt derives. A fresh attempt dies when
+/// `die`.
 async fn derive(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    query: web::Query<Vec<(String, String)>>,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    die: bool,
+    control: &Control,
+) -> Result<Answer, PhaseError> {
     let attempt = control.attempts.fetch_add(1, Ordering::SeqCst) + 1;
     let charge_key = phases.derived_key("charge");
     let sent: String = phases
@@ -41,22 +41,59 @@ async fn derive(
         })
         .await?;
     // Only a fresh attempt dies: the one that takes over goes on.
-    if !query.is_empty() && phases.recovery_point().is_none() {
+    if die && phases.recovery_point().is_none() {
         control.gate.die().await;
     }
-    Ok(HttpResponse::Ok().json(json!({
-        "sent": sent,
-        "charge": charge_key,
-        "refund": phases.derived_key("refund"),
-        "attempt": attempt,
-    })))
+    Ok(Answer::json(
+        200,
+        &json!({
+            "sent": sent,
+            "charge": charge_key,
+            "refund": phases.derived_key("refund"),
+            "attempt": attempt,
+        }),
+    ))
+}
+
+/// `POST /test/derive` on actix-web.
+#[post("/test/derive")]
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn derive_on_actix(
+    account: Account,
+    phases: idem::Phases<sqlx::Postgres>,
+    query: web::Query<Vec<(String, String)>>,
+    control: web::Data<Control>,
+) -> Result<Answer, PhaseError> {
+    let _ = account;
+    derive(&mut phases, !query.is_empty(), &control).await
+}
+
+/// `POST /test/derive` on axum.
+#[idem::axum::idempotent(scope = account, lease = "1s")]
+async fn derive_on_axum(
+    account: Account,
+    phases: idem::Phases<sqlx::Postgres>,
+    Extension(control): Extension<Arc<Control>>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Answer, PhaseError> {
+    let _ = account;
+    derive(&mut phases, !query.is_empty(), &control).await
 }
 
 async fn app(env: &Env, control: &web::Data<Control>) -> TestApp {
-    let control = control.clone();
-    support::service_with(&env.idem(), move |cfg| {
-        cfg.app_data(control).service(derive);
-    })
+    let actix_control = control.clone();
+    let axum_control = control.clone().into_inner();
+    support::service_with_twin(
+        &env.idem(),
+        move |cfg| {
+            cfg.app_data(actix_control).service(derive_on_actix);
+        },
+        move || {
+            Router::new()
+                .route("/test/derive", axum::routing::post(derive_on_axum))
+                .layer(Extension(axum_control))
+        },
+    )
     .await
 }
 
@@ -87,7 +124,6 @@ fn assert_uuid_v8(key: &str) {
     );
 }
 
-#[actix_web::test]
 async fn keys_differ_across_scopes_and_steps_for_one_client_key() {
     let env = Env::new().await;
     let control = web::Data::new(Control::default());
@@ -122,7 +158,6 @@ async fn keys_differ_across_scopes_and_steps_for_one_client_key() {
     assert_ne!(alice.1, alice_other.1, "one key per client key");
 }
 
-#[actix_web::test]
 async fn keys_are_stable_across_replays_and_takeovers() {
     let env = Env::new().await;
     let control = web::Data::new(Control::default());
@@ -160,7 +195,6 @@ async fn keys_are_stable_across_replays_and_takeovers() {
 /// A completed key reused after its retention is a new operation: it must not reach the
 /// provider with the old operation's keys. A key in progress is never reclaimed, even
 /// past its retention.
-#[actix_web::test]
 async fn a_key_reused_after_its_retention_gets_new_keys() {
     let env = Env::new().await;
     let control = web::Data::new(Control::default());
@@ -203,3 +237,12 @@ async fn a_key_reused_after_its_retention_gets_new_keys() {
     .await
     .assert_idem_problem(422, "idempotency-key-reused");
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    keys_differ_across_scopes_and_steps_for_one_client_key,
+    #[actix_web::test]
+    keys_are_stable_across_replays_and_takeovers,
+    #[actix_web::test]
+    a_key_reused_after_its_retention_gets_new_keys,
+);

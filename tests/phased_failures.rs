@@ -7,12 +7,13 @@
 mod phased_support;
 mod support;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{post, web};
+use axum::{Extension, Router};
 use idem::PhaseError;
-use phased_support::{create_effects, effect, effects, key_state, recorded_phases};
+use phased_support::{Answer, create_effects, effect, effects, key_state, recorded_phases};
 use support::app::Account;
 use support::{ALICE, Env, Reply, TestApp, post};
 
@@ -39,14 +40,40 @@ struct Control {
     attempts: AtomicUsize,
 }
 
-#[post("/test/flaky-phases")]
-#[idem::idempotent(scope = account, lease = "30s")]
+/// How a test handler's run ends before its final answer: idem's own error, or an answer
+/// of the handler's (which a phase may return as its error, and then rolls back).
+#[derive(Debug)]
+enum Failed {
+    Idem(PhaseError),
+    Answer(Answer),
+}
+
+impl From<PhaseError> for Failed {
+    fn from(error: PhaseError) -> Self {
+        Self::Idem(error)
+    }
+}
+
+impl From<sqlx::Error> for Failed {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Answer(Answer::text(500, error.to_string()))
+    }
+}
+
+/// What either framework's handler returns for `result`.
+fn answer(result: Result<Answer, Failed>) -> Result<Answer, PhaseError> {
+    match result {
+        Ok(answer) | Err(Failed::Answer(answer)) => Ok(answer),
+        Err(Failed::Idem(error)) => Err(error),
+    }
+}
+
+/// Commits `first`, fails the first attempt as `control.failure` says, and runs
+/// `second`; every later attempt runs to its 201.
 async fn flaky_phases(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    control: web::Data<Control>,
-) -> actix_web::Result<HttpResponse> {
-    let _ = account;
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    control: &Control,
+) -> Result<Answer, Failed> {
     let attempt = control.attempts.fetch_add(1, Ordering::SeqCst) + 1;
     let first: i64 = phases
         .run("first", async |mut tx| {
@@ -55,69 +82,136 @@ async fn flaky_phases(
         .await?;
     let failure = (attempt == 1).then_some(control.failure);
     match failure {
-        Some(Failure::Returns503) => return Ok(HttpResponse::ServiceUnavailable().body("busy")),
+        Some(Failure::Returns503) => return Ok(Answer::text(503, "busy")),
         Some(Failure::Panics) => panic!("the first attempt panics after `first`"),
-        Some(Failure::Declines) => return Ok(HttpResponse::PaymentRequired().body("declined")),
+        Some(Failure::Declines) => return Ok(Answer::text(402, "declined")),
         _ => {}
     }
     let second: i64 = phases
         .run("second", async |mut tx| {
-            let id = effect(&mut tx, attempt, "second").await.map_err(internal)?;
+            let id = effect(&mut tx, attempt, "second").await?;
             match failure {
                 // The phase's own error: it rolls back and reaches the handler as is.
-                Some(Failure::PhaseErr) => Err(actix_web::error::ErrorInternalServerError(
-                    "the second phase failed",
-                )),
+                Some(Failure::PhaseErr) => {
+                    Err(Failed::Answer(Answer::text(500, "the second phase failed")))
+                }
                 Some(Failure::IgnoresFailedStatement) => {
                     let _ = sqlx::query("SELECT 1 / 0").execute(&mut *tx).await;
                     Ok(id)
                 }
                 Some(Failure::CommitsItself) => {
-                    sqlx::raw_sql("COMMIT")
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(internal)?;
+                    sqlx::raw_sql("COMMIT").execute(&mut *tx).await?;
                     Ok(id)
                 }
                 _ => Ok(id),
             }
         })
         .await?;
-    Ok(HttpResponse::Created().body(format!("{first} {second} by attempt {attempt}")))
-}
-
-fn internal(error: sqlx::Error) -> actix_web::Error {
-    actix_web::error::ErrorInternalServerError(error)
+    Ok(Answer::text(
+        201,
+        format!("{first} {second} by attempt {attempt}"),
+    ))
 }
 
 /// Runs the same phase name twice, which is a bug in the handler.
-#[post("/test/same-name")]
-#[idem::idempotent(scope = account, lease = "30s")]
-async fn same_name(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+async fn same_name(phases: &mut idem::Phases<sqlx::Postgres>) -> Result<Answer, PhaseError> {
     phases
         .run("step", async |_tx| Ok::<_, PhaseError>(1))
         .await?;
     phases
         .run("step", async |_tx| Ok::<_, PhaseError>(2))
         .await?;
-    Ok(HttpResponse::Created().finish())
+    Ok(Answer::text(201, ""))
 }
 
+/// The leases handlers handed to the test.
+type Kept = Mutex<Vec<idem::Lease<sqlx::Postgres>>>;
+
 /// Hands its lease to the test (as a heartbeat task would keep it), then answers 503.
-#[post("/test/kept-lease")]
-#[idem::idempotent(scope = account, lease = "30s")]
-async fn kept_lease(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    kept: web::Data<Mutex<Vec<idem::Lease<sqlx::Postgres>>>>,
-) -> HttpResponse {
-    let _ = account;
+fn kept_lease(phases: &idem::Phases<sqlx::Postgres>, kept: &Kept) -> Answer {
     kept.lock().unwrap().push(phases.lease());
-    HttpResponse::ServiceUnavailable().finish()
+    Answer::text(503, "")
+}
+
+/// The handlers on actix-web.
+mod actix_handlers {
+    use super::*;
+
+    #[post("/test/flaky-phases")]
+    #[idem::idempotent(scope = account, lease = "30s")]
+    pub(super) async fn flaky_phases(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        control: web::Data<Control>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        answer(super::flaky_phases(&mut phases, &control).await)
+    }
+
+    #[post("/test/same-name")]
+    #[idem::idempotent(scope = account, lease = "30s")]
+    pub(super) async fn same_name(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::same_name(&mut phases).await
+    }
+
+    #[post("/test/kept-lease")]
+    #[idem::idempotent(scope = account, lease = "30s")]
+    pub(super) async fn kept_lease(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        kept: web::Data<Kept>,
+    ) -> Answer {
+        let _ = account;
+        super::kept_lease(&phases, &kept)
+    }
+}
+
+/// The same handlers on axum.
+mod axum_handlers {
+    use super::*;
+
+    #[idem::axum::idempotent(scope = account, lease = "30s")]
+    async fn flaky_phases(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        Extension(control): Extension<Arc<Control>>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        answer(super::flaky_phases(&mut phases, &control).await)
+    }
+
+    #[idem::axum::idempotent(scope = account, lease = "30s")]
+    async fn same_name(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::same_name(&mut phases).await
+    }
+
+    #[idem::axum::idempotent(scope = account, lease = "30s")]
+    async fn kept_lease(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        Extension(kept): Extension<Arc<Kept>>,
+    ) -> Answer {
+        let _ = account;
+        super::kept_lease(&phases, &kept)
+    }
+
+    pub(super) fn routes() -> Router {
+        Router::new()
+            .route("/test/flaky-phases", axum::routing::post(flaky_phases))
+            .route("/test/same-name", axum::routing::post(same_name))
+    }
+
+    pub(super) fn kept_lease_route() -> Router {
+        Router::new().route("/test/kept-lease", axum::routing::post(kept_lease))
+    }
 }
 
 async fn app(env: &Env, failure: Failure) -> (TestApp, web::Data<Control>) {
@@ -127,12 +221,17 @@ async fn app(env: &Env, failure: Failure) -> (TestApp, web::Data<Control>) {
         attempts: AtomicUsize::new(0),
     });
     let app = {
-        let control = control.clone();
-        support::service_with(&env.idem(), move |cfg| {
-            cfg.app_data(control)
-                .service(flaky_phases)
-                .service(same_name);
-        })
+        let actix_control = control.clone();
+        let axum_control = control.clone().into_inner();
+        support::service_with_twin(
+            &env.idem(),
+            move |cfg| {
+                cfg.app_data(actix_control)
+                    .service(actix_handlers::flaky_phases)
+                    .service(actix_handlers::same_name);
+            },
+            move || axum_handlers::routes().layer(Extension(axum_control)),
+        )
         .await
     };
     (app, control)
@@ -181,7 +280,6 @@ async fn resume_after(failure: Failure, check_failed: impl FnOnce(&Reply)) {
     assert_eq!(control.attempts.load(Ordering::SeqCst), 2);
 }
 
-#[actix_web::test]
 async fn a_5xx_keeps_the_committed_phases_for_the_retry() {
     resume_after(Failure::Returns503, |reply| {
         assert_eq!(reply.status, 503);
@@ -190,7 +288,6 @@ async fn a_5xx_keeps_the_committed_phases_for_the_retry() {
     .await;
 }
 
-#[actix_web::test]
 async fn a_panic_keeps_the_committed_phases_for_the_retry() {
     resume_after(Failure::Panics, |reply| {
         reply.assert_idem_problem(500, "handler-panicked");
@@ -198,7 +295,6 @@ async fn a_panic_keeps_the_committed_phases_for_the_retry() {
     .await;
 }
 
-#[actix_web::test]
 async fn a_failed_phase_rolls_back_alone() {
     resume_after(Failure::PhaseErr, |reply| {
         assert_eq!(reply.status, 500);
@@ -207,7 +303,6 @@ async fn a_failed_phase_rolls_back_alone() {
     .await;
 }
 
-#[actix_web::test]
 async fn a_phase_that_ignores_a_failed_statement_is_not_recorded() {
     resume_after(Failure::IgnoresFailedStatement, |reply| {
         reply.assert_idem_problem(500, "transaction-aborted");
@@ -215,7 +310,6 @@ async fn a_phase_that_ignores_a_failed_statement_is_not_recorded() {
     .await;
 }
 
-#[actix_web::test]
 async fn a_phase_that_commits_by_hand_is_caught() {
     let env = Env::new().await;
     let (app, _) = app(&env, Failure::CommitsItself).await;
@@ -230,7 +324,6 @@ async fn a_phase_that_commits_by_hand_is_caught() {
     assert_eq!(recorded_phases(&env.pool, "flaky").await.len(), 1);
 }
 
-#[actix_web::test]
 async fn a_4xx_is_final_and_replayed() {
     let env = Env::new().await;
     let (app, control) = app(&env, Failure::Declines).await;
@@ -242,7 +335,6 @@ async fn a_4xx_is_final_and_replayed() {
     assert_eq!(control.attempts.load(Ordering::SeqCst), 1);
 }
 
-#[actix_web::test]
 async fn a_database_failure_in_a_phase_answers_503_and_resumes() {
     let env = Env::new().await;
     let (app, _) = app(&env, Failure::Returns503).await;
@@ -275,7 +367,6 @@ async fn a_database_failure_in_a_phase_answers_503_and_resumes() {
     );
 }
 
-#[actix_web::test]
 async fn a_phase_name_used_twice_is_a_bug_reported_as_500() {
     let env = Env::new().await;
     let (app, _) = app(&env, Failure::Declines).await;
@@ -288,15 +379,19 @@ async fn a_phase_name_used_twice_is_a_bug_reported_as_500() {
 
 /// A lease kept past the handler (a heartbeat task) cannot extend the released lease and
 /// hold off the retry.
-#[actix_web::test]
 async fn a_lease_kept_past_the_handler_stops_extending() {
     let env = Env::new().await;
-    let kept = web::Data::new(Mutex::new(Vec::<idem::Lease<sqlx::Postgres>>::new()));
+    let kept = web::Data::new(Kept::default());
     let app = {
-        let kept = kept.clone();
-        support::service_with(&env.idem(), move |cfg| {
-            cfg.app_data(kept).service(kept_lease);
-        })
+        let actix_kept = kept.clone();
+        let axum_kept = kept.clone().into_inner();
+        support::service_with_twin(
+            &env.idem(),
+            move |cfg| {
+                cfg.app_data(actix_kept).service(actix_handlers::kept_lease);
+            },
+            move || axum_handlers::kept_lease_route().layer(Extension(axum_kept)),
+        )
         .await
     };
     let request = || post("/test/kept-lease", ALICE, "kept", "{}");
@@ -316,3 +411,24 @@ async fn a_lease_kept_past_the_handler_stops_extending() {
     // The retry takes over at once (and fails the same way).
     assert_eq!(app.call(request()).await.status, 503);
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    a_5xx_keeps_the_committed_phases_for_the_retry,
+    #[actix_web::test]
+    a_panic_keeps_the_committed_phases_for_the_retry,
+    #[actix_web::test]
+    a_failed_phase_rolls_back_alone,
+    #[actix_web::test]
+    a_phase_that_ignores_a_failed_statement_is_not_recorded,
+    #[actix_web::test]
+    a_phase_that_commits_by_hand_is_caught,
+    #[actix_web::test]
+    a_4xx_is_final_and_replayed,
+    #[actix_web::test]
+    a_database_failure_in_a_phase_answers_503_and_resumes,
+    #[actix_web::test]
+    a_phase_name_used_twice_is_a_bug_reported_as_500,
+    #[actix_web::test]
+    a_lease_kept_past_the_handler_stops_extending,
+);

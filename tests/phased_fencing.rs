@@ -5,14 +5,15 @@
 mod phased_support;
 mod support;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{post, web};
+use axum::{Extension, Router};
 use futures_util::future::join;
 use idem::PhaseError;
 use phased_support::{
-    Gate, PAST_LEASE, create_effects, effect, effects, key_state, recorded_phases,
+    Answer, Gate, PAST_LEASE, create_effects, effect, effects, key_state, recorded_phases,
 };
 use support::app::Account;
 use support::{ALICE, Env, TestApp, post};
@@ -50,14 +51,10 @@ impl Control {
 
 /// One phase; the first attempt is held inside it (its transaction open, its write made)
 /// until the test opens the gate.
-#[post("/test/held-in-phase")]
-#[idem::idempotent(scope = account, lease = "1s")]
 async fn held_in_phase(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    control: &Control,
+) -> Result<Answer, PhaseError> {
     let attempt = control.next_attempt();
     let id: i64 = phases
         .run("work", async |mut tx| {
@@ -67,19 +64,18 @@ async fn held_in_phase(
         })
         .await
         .inspect_err(|error| control.note(format!("work: {:?}", error.kind())))?;
-    Ok(HttpResponse::Created().body(format!("effect {id} by attempt {attempt}")))
+    Ok(Answer::text(
+        201,
+        format!("effect {id} by attempt {attempt}"),
+    ))
 }
 
 /// Two phases; the first attempt is held between them, then tries to extend its lease
 /// and run the second phase.
-#[post("/test/held-between-phases")]
-#[idem::idempotent(scope = account, lease = "1s")]
 async fn held_between_phases(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    control: &Control,
+) -> Result<Answer, PhaseError> {
     let attempt = control.next_attempt();
     let lease = phases.lease();
     let first: i64 = phases
@@ -104,18 +100,17 @@ async fn held_between_phases(
         ));
     }
     let second = second?;
-    Ok(HttpResponse::Created().body(format!("{first} {second} by attempt {attempt}")))
+    Ok(Answer::text(
+        201,
+        format!("{first} {second} by attempt {attempt}"),
+    ))
 }
 
 /// Both phases run; the first attempt is held after them, before it answers.
-#[post("/test/held-before-response")]
-#[idem::idempotent(scope = account, lease = "1s")]
 async fn held_before_response(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    control: &Control,
+) -> Result<Answer, PhaseError> {
     let attempt = control.next_attempt();
     let first: i64 = phases
         .run("first", async |mut tx| {
@@ -123,18 +118,112 @@ async fn held_before_response(
         })
         .await?;
     control.hold(attempt).await;
-    Ok(HttpResponse::Created().body(format!("effect {first}, answered by attempt {attempt}")))
+    Ok(Answer::text(
+        201,
+        format!("effect {first}, answered by attempt {attempt}"),
+    ))
+}
+
+/// The handlers on actix-web.
+mod actix_handlers {
+    use super::*;
+
+    #[post("/test/held-in-phase")]
+    #[idem::idempotent(scope = account, lease = "1s")]
+    pub(super) async fn held_in_phase(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        control: web::Data<Control>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::held_in_phase(&mut phases, &control).await
+    }
+
+    #[post("/test/held-between-phases")]
+    #[idem::idempotent(scope = account, lease = "1s")]
+    pub(super) async fn held_between_phases(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        control: web::Data<Control>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::held_between_phases(&mut phases, &control).await
+    }
+
+    #[post("/test/held-before-response")]
+    #[idem::idempotent(scope = account, lease = "1s")]
+    pub(super) async fn held_before_response(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        control: web::Data<Control>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::held_before_response(&mut phases, &control).await
+    }
+}
+
+/// The same handlers on axum.
+mod axum_handlers {
+    use super::*;
+
+    #[idem::axum::idempotent(scope = account, lease = "1s")]
+    async fn held_in_phase(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        Extension(control): Extension<Arc<Control>>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::held_in_phase(&mut phases, &control).await
+    }
+
+    #[idem::axum::idempotent(scope = account, lease = "1s")]
+    async fn held_between_phases(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        Extension(control): Extension<Arc<Control>>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::held_between_phases(&mut phases, &control).await
+    }
+
+    #[idem::axum::idempotent(scope = account, lease = "1s")]
+    async fn held_before_response(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        Extension(control): Extension<Arc<Control>>,
+    ) -> Result<Answer, PhaseError> {
+        let _ = account;
+        super::held_before_response(&mut phases, &control).await
+    }
+
+    pub(super) fn routes() -> Router {
+        Router::new()
+            .route("/test/held-in-phase", axum::routing::post(held_in_phase))
+            .route(
+                "/test/held-between-phases",
+                axum::routing::post(held_between_phases),
+            )
+            .route(
+                "/test/held-before-response",
+                axum::routing::post(held_before_response),
+            )
+    }
 }
 
 async fn app(env: &Env, control: &web::Data<Control>) -> TestApp {
     create_effects(env).await;
-    let control = control.clone();
-    support::service_with(&env.idem(), move |cfg| {
-        cfg.app_data(control)
-            .service(held_in_phase)
-            .service(held_between_phases)
-            .service(held_before_response);
-    })
+    let actix_control = control.clone();
+    let axum_control = control.clone().into_inner();
+    support::service_with_twin(
+        &env.idem(),
+        move |cfg| {
+            cfg.app_data(actix_control)
+                .service(actix_handlers::held_in_phase)
+                .service(actix_handlers::held_between_phases)
+                .service(actix_handlers::held_before_response);
+        },
+        move || axum_handlers::routes().layer(Extension(axum_control)),
+    )
     .await
 }
 
@@ -169,7 +258,6 @@ async fn take_over_the_held_attempt(
     join(first, retry).await
 }
 
-#[actix_web::test]
 async fn a_phase_that_outlives_its_lease_is_rolled_back_after_a_takeover() {
     let env = Env::new().await;
     let control = web::Data::new(Control::default());
@@ -206,7 +294,6 @@ async fn a_phase_that_outlives_its_lease_is_rolled_back_after_a_takeover() {
     assert_eq!(control.attempts.load(Ordering::SeqCst), 2);
 }
 
-#[actix_web::test]
 async fn an_attempt_taken_over_between_phases_extends_and_records_nothing() {
     let env = Env::new().await;
     let control = web::Data::new(Control::default());
@@ -239,7 +326,6 @@ async fn an_attempt_taken_over_between_phases_extends_and_records_nothing() {
     assert_eq!((state.as_str(), token), ("completed", phases[1].1));
 }
 
-#[actix_web::test]
 async fn a_response_from_an_attempt_taken_over_is_not_recorded() {
     let env = Env::new().await;
     let control = web::Data::new(Control::default());
@@ -262,3 +348,12 @@ async fn a_response_from_an_attempt_taken_over_is_not_recorded() {
         .await;
     replayed.assert_replay_of(&retry);
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    a_phase_that_outlives_its_lease_is_rolled_back_after_a_takeover,
+    #[actix_web::test]
+    an_attempt_taken_over_between_phases_extends_and_records_nothing,
+    #[actix_web::test]
+    a_response_from_an_attempt_taken_over_is_not_recorded,
+);

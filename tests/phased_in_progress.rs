@@ -6,14 +6,16 @@
 mod phased_support;
 mod support;
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use actix_web::{HttpResponse, web};
+use actix_web::web;
+use axum::{Extension, Router};
 use futures_util::future::join;
 use idem::PhaseError;
-use phased_support::{Gate, LEASE};
+use phased_support::{Answer, Gate, LEASE};
 use support::app::Account;
-use support::{ALICE, Env, TestApp, TestBackend, post};
+use support::{ALICE, Env, TestApp, TestBackend, by_database, post};
 
 #[derive(Debug, Default)]
 struct Control {
@@ -21,13 +23,10 @@ struct Control {
 }
 
 /// Held between two phases until the test opens the gate.
-#[idem::idempotent(scope = account, lease = "1s")]
-async fn held<DB: TestBackend>(
-    account: Account,
-    phases: idem::Phases<DB>,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+async fn held<DB: idem::Backend>(
+    phases: &mut idem::Phases<DB>,
+    control: &Control,
+) -> Result<Answer, PhaseError> {
     phases
         .run("first", async |_tx| Ok::<_, PhaseError>(()))
         .await?;
@@ -35,16 +34,13 @@ async fn held<DB: TestBackend>(
     phases
         .run("second", async |_tx| Ok::<_, PhaseError>(()))
         .await?;
-    Ok(HttpResponse::Created().body("done"))
+    Ok(Answer::text(201, "done"))
 }
 
 /// One phase that works for 2.5 leases, extending its lease as it goes.
-#[idem::idempotent(scope = account, lease = "1s")]
-async fn long_phase<DB: TestBackend>(
-    account: Account,
-    phases: idem::Phases<DB>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+async fn long_phase<DB: idem::Backend>(
+    phases: &mut idem::Phases<DB>,
+) -> Result<Answer, PhaseError> {
     let lease = phases.lease();
     let steps: u32 = phases
         .run("long", async |_tx| {
@@ -56,16 +52,85 @@ async fn long_phase<DB: TestBackend>(
             Ok::<_, PhaseError>(10)
         })
         .await?;
-    Ok(HttpResponse::Created().body(format!("{steps} steps")))
+    Ok(Answer::text(201, format!("{steps} steps")))
 }
 
+/// `POST /test/held` on actix-web.
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn held_on_actix<DB: TestBackend>(
+    account: Account,
+    phases: idem::Phases<DB>,
+    control: web::Data<Control>,
+) -> Result<Answer, PhaseError> {
+    let _ = account;
+    held(&mut phases, &control).await
+}
+
+/// `POST /test/long-phase` on actix-web.
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn long_phase_on_actix<DB: TestBackend>(
+    account: Account,
+    phases: idem::Phases<DB>,
+) -> Result<Answer, PhaseError> {
+    let _ = account;
+    long_phase(&mut phases).await
+}
+
+/// The same routes on axum, once per database: idempotent axum handlers are not generic.
+macro_rules! axum_routes {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::*;
+
+            #[idem::axum::idempotent(scope = account, lease = "1s")]
+            async fn held(
+                account: Account,
+                phases: idem::Phases<$db>,
+                Extension(control): Extension<Arc<Control>>,
+            ) -> Result<Answer, PhaseError> {
+                let _ = account;
+                super::held(&mut phases, &control).await
+            }
+
+            #[idem::axum::idempotent(scope = account, lease = "1s")]
+            async fn long_phase(
+                account: Account,
+                phases: idem::Phases<$db>,
+            ) -> Result<Answer, PhaseError> {
+                let _ = account;
+                super::long_phase(&mut phases).await
+            }
+
+            pub(super) fn routes() -> Router {
+                Router::new()
+                    .route("/test/held", axum::routing::post(held))
+                    .route("/test/long-phase", axum::routing::post(long_phase))
+            }
+        }
+    };
+}
+
+axum_routes!(axum_on_postgres, sqlx::Postgres);
+axum_routes!(axum_on_sqlite, sqlx::Sqlite);
+
 async fn app<DB: TestBackend>(env: &Env<DB>, control: &web::Data<Control>) -> TestApp {
-    let control = control.clone();
-    support::service_with(&env.idem(), move |cfg| {
-        cfg.app_data(control)
-            .route("/test/held", web::post().to(held::<DB>))
-            .route("/test/long-phase", web::post().to(long_phase::<DB>));
-    })
+    let actix_control = control.clone();
+    let axum_control = control.clone().into_inner();
+    support::service_with_twin(
+        &env.idem(),
+        move |cfg| {
+            cfg.app_data(actix_control)
+                .route("/test/held", web::post().to(held_on_actix::<DB>))
+                .route(
+                    "/test/long-phase",
+                    web::post().to(long_phase_on_actix::<DB>),
+                );
+        },
+        move || {
+            by_database::<DB, _>(axum_on_postgres::routes, axum_on_sqlite::routes)
+                .layer(Extension(axum_control))
+        },
+    )
     .await
 }
 
@@ -139,7 +204,7 @@ async fn a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out<DB: T
     app.call(request()).await.assert_replay_of(&first);
 }
 
-support::actix_only_tests!(
+support::backend_tests!(
     a_duplicate_during_a_held_lease_gets_409_then_replays,
     a_phase_longer_than_the_lease_extends_it_and_keeps_duplicates_out,
 );

@@ -11,10 +11,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{post, web};
+use axum::extract::Query;
+use axum::{Extension, Router};
 use futures_util::future::select;
 use idem::{Message, PhaseError, Relay};
-use phased_support::{Gate, PAST_LEASE};
+use phased_support::{Answer, Gate, PAST_LEASE};
 use serde_json::json;
 use sqlx::PgPool;
 use support::app::Account;
@@ -27,55 +29,109 @@ struct Control {
     gate: Gate,
 }
 
-/// Enqueues one message in the phase `queued`; answers with the message's id.
-#[post("/test/enqueue")]
-#[idem::idempotent(scope = account, lease = "1s")]
+/// Enqueues one message in the phase `queued`; answers with the message's id. A fresh
+/// attempt dies after the phase when `die`.
 async fn enqueue_in_phase(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    query: web::Query<Vec<(String, String)>>,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, PhaseError> {
+    account: i64,
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    die: bool,
+    control: &Control,
+) -> Result<Answer, PhaseError> {
     let attempt = control.attempts.fetch_add(1, Ordering::SeqCst) + 1;
     let id: String = phases
         .run("queued", async |mut tx| {
-            let payload = json!({ "account": account.id(), "attempt": attempt });
+            let payload = json!({ "account": account, "attempt": attempt });
             Ok::<_, PhaseError>(tx.enqueue("test", &payload).await?)
         })
         .await?;
     // Only a fresh attempt dies: the one that takes over goes on.
-    if !query.is_empty() && phases.recovery_point().is_none() {
+    if die && phases.recovery_point().is_none() {
         control.gate.die().await;
     }
-    Ok(HttpResponse::Created().body(id))
+    Ok(Answer::text(201, id))
 }
 
-/// The single-transaction form enqueues too; `?fail=1` answers 500 after enqueueing.
-#[post("/test/enqueue-single")]
-#[idem::idempotent(scope = account)]
-async fn enqueue_single(
-    account: Account,
-    tx: idem::Tx<'_, sqlx::Postgres>,
-    query: web::Query<Vec<(String, String)>>,
-) -> HttpResponse {
+/// The single-transaction form enqueues too; `fail` answers 500 after enqueueing.
+async fn enqueue_single(account: i64, tx: &mut idem::Tx<'_, sqlx::Postgres>, fail: bool) -> Answer {
     let id = tx
-        .enqueue("single", &json!({ "account": account.id() }))
+        .enqueue("single", &json!({ "account": account }))
         .await
         .expect("enqueue");
-    if query.is_empty() {
-        HttpResponse::Created().body(id)
+    if fail {
+        Answer::text(500, "failed after enqueueing")
     } else {
-        HttpResponse::InternalServerError().body("failed after enqueueing")
+        Answer::text(201, id)
+    }
+}
+
+/// The handlers on actix-web; `?die=1` and `?fail=1` (any query) ask for the failure.
+mod actix_handlers {
+    use super::*;
+
+    #[post("/test/enqueue")]
+    #[idem::idempotent(scope = account, lease = "1s")]
+    pub(super) async fn enqueue_in_phase(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        query: web::Query<Vec<(String, String)>>,
+        control: web::Data<Control>,
+    ) -> Result<Answer, PhaseError> {
+        super::enqueue_in_phase(account.id(), &mut phases, !query.is_empty(), &control).await
+    }
+
+    #[post("/test/enqueue-single")]
+    #[idem::idempotent(scope = account)]
+    pub(super) async fn enqueue_single(
+        account: Account,
+        tx: idem::Tx<'_, sqlx::Postgres>,
+        query: web::Query<Vec<(String, String)>>,
+    ) -> Answer {
+        super::enqueue_single(account.id(), &mut tx, !query.is_empty()).await
+    }
+}
+
+/// The same handlers on axum.
+mod axum_handlers {
+    use super::*;
+
+    #[idem::axum::idempotent(scope = account, lease = "1s")]
+    async fn enqueue_in_phase(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        Extension(control): Extension<Arc<Control>>,
+        Query(query): Query<Vec<(String, String)>>,
+    ) -> Result<Answer, PhaseError> {
+        super::enqueue_in_phase(account.id(), &mut phases, !query.is_empty(), &control).await
+    }
+
+    #[idem::axum::idempotent(scope = account)]
+    async fn enqueue_single(
+        account: Account,
+        tx: idem::Tx<'_, sqlx::Postgres>,
+        Query(query): Query<Vec<(String, String)>>,
+    ) -> Answer {
+        super::enqueue_single(account.id(), &mut tx, !query.is_empty()).await
+    }
+
+    pub(super) fn routes() -> Router {
+        Router::new()
+            .route("/test/enqueue", axum::routing::post(enqueue_in_phase))
+            .route("/test/enqueue-single", axum::routing::post(enqueue_single))
     }
 }
 
 async fn app(env: &Env, control: &web::Data<Control>) -> TestApp {
-    let control = control.clone();
-    support::service_with(&env.idem(), move |cfg| {
-        cfg.app_data(control)
-            .service(enqueue_in_phase)
-            .service(enqueue_single);
-    })
+    let actix_control = control.clone();
+    let axum_control = control.clone().into_inner();
+    support::service_with_twin(
+        &env.idem(),
+        move |cfg| {
+            cfg.app_data(actix_control)
+                .service(actix_handlers::enqueue_in_phase)
+                .service(actix_handlers::enqueue_single);
+        },
+        move || axum_handlers::routes().layer(Extension(axum_control)),
+    )
     .await
 }
 
@@ -91,7 +147,6 @@ fn text(reply: &support::Reply) -> String {
     String::from_utf8(reply.body.to_vec()).expect("text")
 }
 
-#[actix_web::test]
 async fn a_replay_or_a_takeover_never_enqueues_twice() {
     let env = Env::new().await;
     let control = web::Data::new(Control::default());
@@ -141,7 +196,6 @@ async fn a_replay_or_a_takeover_never_enqueues_twice() {
     );
 }
 
-#[actix_web::test]
 async fn a_rolled_back_transaction_leaves_no_message() {
     let env = Env::new().await;
     let app = app(&env, &web::Data::new(Control::default())).await;
@@ -182,7 +236,6 @@ async fn wait_until_delivered(pool: &PgPool, messages: usize) {
     }
 }
 
-#[actix_web::test]
 async fn the_relay_delivers_at_least_once_with_a_stable_id() {
     let env = Env::new().await;
     let app = app(&env, &web::Data::new(Control::default())).await;
@@ -244,7 +297,6 @@ async fn the_relay_delivers_at_least_once_with_a_stable_id() {
     assert_eq!(errors, [None, None, None], "cleared once delivered");
 }
 
-#[actix_web::test]
 async fn a_stopped_relay_delivers_nothing_more_and_two_relays_share_the_work() {
     let env = Env::new().await;
     let app = app(&env, &web::Data::new(Control::default())).await;
@@ -303,3 +355,14 @@ async fn a_stopped_relay_delivers_nothing_more_and_two_relays_share_the_work() {
     let undelivered = outbox(&env.pool).await.into_iter().filter(|m| !m.2).count();
     assert_eq!(undelivered, 1);
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    a_replay_or_a_takeover_never_enqueues_twice,
+    #[actix_web::test]
+    a_rolled_back_transaction_leaves_no_message,
+    #[actix_web::test]
+    the_relay_delivers_at_least_once_with_a_stable_id,
+    #[actix_web::test]
+    a_stopped_relay_delivers_nothing_more_and_two_relays_share_the_work,
+);

@@ -5,13 +5,14 @@
 mod phased_support;
 mod support;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{post, web};
+use axum::{Extension, Router};
 use futures_util::future::{join_all, select};
 use idem::PhaseError;
-use phased_support::{Gate, PAST_LEASE, create_effects, effect, effects, recorded_phases};
+use phased_support::{Answer, Gate, PAST_LEASE, create_effects, effect, effects, recorded_phases};
 use support::app::Account;
 use support::{ALICE, Env, Reply, post};
 
@@ -26,14 +27,10 @@ struct Control {
     resumed_from: Mutex<Vec<Option<String>>>,
 }
 
-#[post("/test/crashy")]
-#[idem::idempotent(scope = account, lease = "1s")]
 async fn crashy(
-    account: Account,
-    phases: idem::Phases<sqlx::Postgres>,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, PhaseError> {
-    let _ = account;
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    control: &Control,
+) -> Result<Answer, PhaseError> {
     let attempt = control.attempts.fetch_add(1, Ordering::SeqCst) + 1;
     if attempt > 1 {
         let point = phases.recovery_point().map(str::to_owned);
@@ -52,19 +49,53 @@ async fn crashy(
             Ok::<_, PhaseError>(effect(&mut tx, attempt, "second").await?)
         })
         .await?;
-    Ok(HttpResponse::Created().body(format!("{first} {second} by attempt {attempt}")))
+    Ok(Answer::text(
+        201,
+        format!("{first} {second} by attempt {attempt}"),
+    ))
 }
 
-#[actix_web::test]
+/// `POST /test/crashy` on actix-web.
+#[post("/test/crashy")]
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn crashy_on_actix(
+    account: Account,
+    phases: idem::Phases<sqlx::Postgres>,
+    control: web::Data<Control>,
+) -> Result<Answer, PhaseError> {
+    let _ = account;
+    crashy(&mut phases, &control).await
+}
+
+/// `POST /test/crashy` on axum.
+#[idem::axum::idempotent(scope = account, lease = "1s")]
+async fn crashy_on_axum(
+    account: Account,
+    phases: idem::Phases<sqlx::Postgres>,
+    Extension(control): Extension<Arc<Control>>,
+) -> Result<Answer, PhaseError> {
+    let _ = account;
+    crashy(&mut phases, &control).await
+}
+
 async fn of_many_retries_after_the_lease_exactly_one_takes_over() {
     let env = Env::new().await;
     create_effects(&env).await;
     let control = web::Data::new(Control::default());
     let app = {
-        let control = control.clone();
-        support::service_with(&env.idem(), move |cfg| {
-            cfg.app_data(control).service(crashy);
-        })
+        let actix_control = control.clone();
+        let axum_control = control.clone().into_inner();
+        support::service_with_twin(
+            &env.idem(),
+            move |cfg| {
+                cfg.app_data(actix_control).service(crashy_on_actix);
+            },
+            move || {
+                Router::new()
+                    .route("/test/crashy", axum::routing::post(crashy_on_axum))
+                    .layer(Extension(axum_control))
+            },
+        )
         .await
     };
     let request = || post("/test/crashy", ALICE, "race", "{}");
@@ -128,3 +159,8 @@ async fn of_many_retries_after_the_lease_exactly_one_takes_over() {
     replayed.assert_replay_of(original);
     eprintln!("{RETRIES} racing retries: 1 took over, {conflicts} got 409, {replays} replayed");
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    of_many_retries_after_the_lease_exactly_one_takes_over,
+);

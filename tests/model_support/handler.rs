@@ -1,14 +1,18 @@
-//! The handler under test: two phases, told by a header how this attempt ends, and the
-//! control a dying attempt signals the test through.
+//! The handler under test, on either framework: two phases, told by a header how this
+//! attempt ends, and the control a dying attempt signals the test through.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, web};
+use axum::http::HeaderMap;
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use tokio::sync::Notify;
 
 use super::steps::Outcome;
 use super::store::ModelStore;
+use crate::phased_support::Answer;
 use crate::support::app::Account;
 
 /// Where a dying handler stops: it tells the test, then never finishes. The test drops
@@ -33,17 +37,14 @@ pub(crate) struct OpBody {
 
 /// Two phases, each recording an effect with the operation's derived key; `b` also
 /// writes an outbox message. The answer names the scope, so a replay to another scope
-/// would show.
-#[idem::idempotent(scope = account, lease = "30s")]
-pub(crate) async fn operation<DB: ModelStore>(
-    account: Account,
-    phases: idem::Phases<DB>,
-    body: web::Json<OpBody>,
-    req: HttpRequest,
-    control: web::Data<Control>,
-) -> Result<HttpResponse, idem::PhaseError> {
-    let outcome = Outcome::from_header(&req);
-    let scope = account.id();
+/// would show. Written once; [`operation`] and the axum twins ([`axum_route`]) call it.
+async fn run_operation<DB: ModelStore>(
+    scope: i64,
+    phases: &mut idem::Phases<DB>,
+    body: &OpBody,
+    outcome: Outcome,
+    control: &Control,
+) -> Result<Answer, idem::PhaseError> {
     let derived = phases.derived_key("charge");
     if outcome == Outcome::DiesBeforeA {
         match control.die().await {}
@@ -58,9 +59,9 @@ pub(crate) async fn operation<DB: ModelStore>(
     tokio::task::yield_now().await;
     match outcome {
         Outcome::Declined => {
-            return Ok(HttpResponse::PaymentRequired().body(format!("declined {scope}")));
+            return Ok(Answer::text(402, format!("declined {scope}")));
         }
-        Outcome::Fails => return Ok(HttpResponse::ServiceUnavailable().body("try later")),
+        Outcome::Fails => return Ok(Answer::text(503, "try later")),
         Outcome::Panics => panic!("the model's handler panics after phase a"),
         Outcome::DiesAfterA => match control.die().await {},
         _ => {}
@@ -77,7 +78,54 @@ pub(crate) async fn operation<DB: ModelStore>(
     if outcome == Outcome::DiesAfterB {
         match control.die().await {}
     }
-    Ok(HttpResponse::Created().json(serde_json::json!({
-        "scope": scope, "tag": body.tag, "variant": body.variant, "a": a, "b": b,
-    })))
+    Ok(Answer::json(
+        201,
+        &serde_json::json!({
+            "scope": scope, "tag": body.tag, "variant": body.variant, "a": a, "b": b,
+        }),
+    ))
 }
+
+/// `POST /model/op` on actix-web.
+#[idem::idempotent(scope = account, lease = "30s")]
+pub(crate) async fn operation<DB: ModelStore>(
+    account: Account,
+    phases: idem::Phases<DB>,
+    body: web::Json<OpBody>,
+    req: HttpRequest,
+    control: web::Data<Control>,
+) -> Result<Answer, idem::PhaseError> {
+    let outcome = Outcome::from_header(req.headers().get("x-outcome").map(|v| v.as_bytes()));
+    run_operation(account.id(), &mut phases, &body, outcome, &control).await
+}
+
+/// `POST /model/op` on axum, once per database: idempotent axum handlers are not generic.
+macro_rules! axum_route {
+    ($module:ident, $db:ty) => {
+        pub(crate) mod $module {
+            use super::*;
+
+            #[idem::axum::idempotent(scope = account, lease = "30s")]
+            async fn operation(
+                account: Account,
+                phases: idem::Phases<$db>,
+                headers: HeaderMap,
+                Extension(control): Extension<Arc<Control>>,
+                Json(body): Json<OpBody>,
+            ) -> Result<Answer, idem::PhaseError> {
+                let outcome = Outcome::from_header(headers.get("x-outcome").map(|v| v.as_bytes()));
+                run_operation(account.id(), &mut phases, &body, outcome, &control).await
+            }
+
+            /// The route, with `control`.
+            pub(crate) fn route(control: Arc<Control>) -> Router {
+                Router::new()
+                    .route("/model/op", axum::routing::post(operation))
+                    .layer(Extension(control))
+            }
+        }
+    };
+}
+
+axum_route!(axum_on_postgres, sqlx::Postgres);
+axum_route!(axum_on_sqlite, sqlx::Sqlite);

@@ -11,7 +11,7 @@ use futures_util::future::{Either, join_all, select};
 use proptest::test_runner::TestCaseError;
 use tokio::sync::Notify;
 
-use super::handler::{Control, operation};
+use super::handler::{Control, axum_on_postgres, axum_on_sqlite, operation};
 use super::model::Model;
 use super::steps::{Outcome, SCOPES, Step};
 use super::store::{ModelStore, reset};
@@ -294,11 +294,21 @@ pub(crate) async fn run_sequence<DB: ModelStore>(
 ) -> Result<(), TestCaseError> {
     reset(&env.pool).await;
     let control = web::Data::new(Control::default());
-    let data = control.clone();
-    let app = support::service_with(&env.idem(), move |cfg| {
-        cfg.app_data(data)
-            .route("/model/op", web::post().to(operation::<DB>));
-    })
+    let actix_control = control.clone();
+    let axum_control = control.clone().into_inner();
+    let app = support::service_with_twin(
+        &env.idem(),
+        move |cfg| {
+            cfg.app_data(actix_control)
+                .route("/model/op", web::post().to(operation::<DB>));
+        },
+        move || {
+            support::by_database::<DB, _>(
+                || axum_on_postgres::route(axum_control.clone()),
+                || axum_on_sqlite::route(axum_control.clone()),
+            )
+        },
+    )
     .await;
     let mut run = Run {
         env,

@@ -356,3 +356,60 @@ pub(crate) async fn count<DB: crate::support::TestBackend>(
 ) -> i64 {
     DB::scalar(pool, &format!("SELECT count(*) FROM {table}")).await
 }
+
+/// A test handler's answer, written once for both frameworks: its status and a text (or
+/// JSON) body. The test handlers' logic returns it, so an actix-web handler and its axum
+/// twin answer alike and a test asserts the same things of either.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    status: u16,
+    json: bool,
+    body: String,
+}
+
+impl Answer {
+    /// `status` with a text body.
+    pub(crate) fn text(status: u16, body: impl Into<String>) -> Self {
+        Self {
+            status,
+            json: false,
+            body: body.into(),
+        }
+    }
+
+    /// `status` with `value` as `application/json`.
+    pub(crate) fn json(status: u16, value: &Value) -> Self {
+        Self {
+            status,
+            json: true,
+            body: value.to_string(),
+        }
+    }
+}
+
+impl actix_web::Responder for Answer {
+    type Body = actix_web::body::BoxBody;
+
+    fn respond_to(self, _: &actix_web::HttpRequest) -> actix_web::HttpResponse {
+        let status = actix_web::http::StatusCode::from_u16(self.status).expect("a status");
+        let mut response = actix_web::HttpResponse::build(status);
+        if self.json {
+            response.content_type("application/json");
+        }
+        response.body(self.body)
+    }
+}
+
+impl axum::response::IntoResponse for Answer {
+    fn into_response(self) -> axum::response::Response {
+        let status = axum::http::StatusCode::from_u16(self.status).expect("a status");
+        let mut response = (status, self.body).into_response();
+        if self.json {
+            response.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            );
+        }
+        response
+    }
+}
