@@ -1,6 +1,9 @@
 //! What idem does with the transaction around the handler: the handler's statements run
 //! with the application's lock timeout, a failed statement is handled without losing or
 //! inventing data, and a handler that ends the transaction itself is caught.
+//!
+//! PostgreSQL only: a lock timeout, a transaction that a failed statement aborts and a raw
+//! `COMMIT` or `ROLLBACK` inside it are PostgreSQL's; each test runs on both frameworks.
 
 mod support;
 
@@ -80,6 +83,86 @@ async fn no_body(account: Account) -> HttpResponse {
     HttpResponse::Accepted().body("accepted")
 }
 
+/// The four handlers on axum (PostgreSQL only, as above, so one of each).
+mod on_axum_handlers {
+    use axum::extract::{Path, Query};
+    use axum::http::StatusCode;
+
+    use super::Account;
+
+    #[idem::axum::idempotent(scope = account)]
+    pub(super) async fn lock_timeout(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> String {
+        let _ = account;
+        sqlx::query_scalar("SHOW lock_timeout")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("SHOW works")
+    }
+
+    #[idem::axum::idempotent(scope = account)]
+    pub(super) async fn claim_name(
+        account: Account,
+        tx: idem::Tx<'_, sqlx::Postgres>,
+        Query(query): Query<Vec<(String, String)>>,
+    ) -> (StatusCode, &'static str) {
+        let inserted = sqlx::query("INSERT INTO names (name, account_id) VALUES ('taken', $1)")
+            .bind(account.id())
+            .execute(&mut *tx)
+            .await;
+        match inserted {
+            Ok(_) => (StatusCode::CREATED, "yours"),
+            Err(_) if !query.is_empty() => (StatusCode::CREATED, "pretending it worked"),
+            Err(error)
+                if error
+                    .as_database_error()
+                    .is_some_and(|e| e.is_unique_violation()) =>
+            {
+                (StatusCode::CONFLICT, "the name is taken")
+            }
+            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+        }
+    }
+
+    #[idem::axum::idempotent(scope = account)]
+    pub(super) async fn end_transaction(
+        account: Account,
+        Path(how): Path<String>,
+        tx: idem::Tx<'_, sqlx::Postgres>,
+    ) -> (StatusCode, &'static str) {
+        sqlx::query("INSERT INTO names (name, account_id) VALUES ('mine', $1)")
+            .bind(account.id())
+            .execute(&mut *tx)
+            .await
+            .expect("insert");
+        let statement = if how == "commit" {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        sqlx::raw_sql(statement)
+            .execute(&mut *tx)
+            .await
+            .expect("end");
+        (StatusCode::CREATED, "done")
+    }
+
+    #[idem::axum::idempotent(scope = account, backend = sqlx::Postgres)]
+    pub(super) async fn no_body(account: Account) -> (StatusCode, &'static str) {
+        let _ = account;
+        (StatusCode::ACCEPTED, "accepted")
+    }
+
+    /// The routes of the actix handlers' `#[post]` attributes.
+    pub(super) fn routes() -> axum::Router {
+        use axum::routing::post;
+        axum::Router::new()
+            .route("/test/lock-timeout", post(lock_timeout))
+            .route("/test/claim-name", post(claim_name))
+            .route("/test/end-transaction/{how}", post(end_transaction))
+            .route("/test/no-body", post(no_body))
+    }
+}
+
 async fn app(env: &Env) -> TestApp {
     app_with(env, env.idem()).await
 }
@@ -95,12 +178,16 @@ async fn app_with(env: &Env, idem: idem::Idem<sqlx::Postgres>) -> TestApp {
         actix_web::http::StatusCode::REQUEST_TIMEOUT,
         actix_web::http::StatusCode::TOO_MANY_REQUESTS,
     ]);
-    support::service_with(&idem, |cfg| {
-        cfg.service(lock_timeout)
-            .service(claim_name)
-            .service(end_transaction)
-            .service(no_body);
-    })
+    support::service_with_twin(
+        &idem,
+        |cfg| {
+            cfg.service(lock_timeout)
+                .service(claim_name)
+                .service(end_transaction)
+                .service(no_body);
+        },
+        on_axum_handlers::routes,
+    )
     .await
 }
 
@@ -111,7 +198,6 @@ async fn names(env: &Env) -> Vec<String> {
         .expect("names")
 }
 
-#[actix_web::test]
 async fn the_handler_runs_with_the_applications_lock_timeout_not_the_claims() {
     let env = Env::new().await;
     let app = app(&env).await;
@@ -123,7 +209,6 @@ async fn the_handler_runs_with_the_applications_lock_timeout_not_the_claims() {
     assert_eq!(&reply.body[..], b"0");
 }
 
-#[actix_web::test]
 async fn a_4xx_answered_after_a_failed_statement_is_stored_and_replayed() {
     let env = Env::new().await;
     let app = app(&env).await;
@@ -152,7 +237,6 @@ async fn a_4xx_answered_after_a_failed_statement_is_stored_and_replayed() {
 
 /// With encrypted storage the 4xx is stored by a claim of its own (the first rolled
 /// back), which begins another life of the key: the answer is sealed to that one.
-#[actix_web::test]
 async fn a_4xx_answered_after_a_failed_statement_is_sealed_and_replayed() {
     let env = Env::new().await;
     let keyring = idem::encryption::Keyring::new("k1", [0x33; 32]);
@@ -180,7 +264,6 @@ async fn a_4xx_answered_after_a_failed_statement_is_sealed_and_replayed() {
         .assert_replay_of(&first);
 }
 
-#[actix_web::test]
 async fn a_success_claimed_after_a_failed_statement_is_rolled_back() {
     let env = Env::new().await;
     let app = app(&env).await;
@@ -206,7 +289,6 @@ async fn a_success_claimed_after_a_failed_statement_is_rolled_back() {
     assert_eq!(names(&env).await, ["taken"]);
 }
 
-#[actix_web::test]
 async fn a_handler_that_rolls_back_itself_saves_nothing() {
     let env = Env::new().await;
     let app = app(&env).await;
@@ -218,7 +300,6 @@ async fn a_handler_that_rolls_back_itself_saves_nothing() {
     assert_eq!(env.keys().await, 0);
 }
 
-#[actix_web::test]
 async fn a_handler_that_commits_itself_still_gets_its_key_recorded() {
     let env = Env::new().await;
     let app = app(&env).await;
@@ -234,7 +315,6 @@ async fn a_handler_that_commits_itself_still_gets_its_key_recorded() {
     assert_eq!(names(&env).await, ["mine"]);
 }
 
-#[actix_web::test]
 async fn an_empty_body_with_a_json_content_type_is_not_invalid_json() {
     let env = Env::new().await;
     let app = app(&env).await;
@@ -245,3 +325,20 @@ async fn an_empty_body_with_a_json_content_type_is_not_invalid_json() {
     assert_eq!(first.status, 202);
     app.call(request()).await.assert_replay_of(&first);
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    the_handler_runs_with_the_applications_lock_timeout_not_the_claims,
+    #[actix_web::test]
+    a_4xx_answered_after_a_failed_statement_is_stored_and_replayed,
+    #[actix_web::test]
+    a_4xx_answered_after_a_failed_statement_is_sealed_and_replayed,
+    #[actix_web::test]
+    a_success_claimed_after_a_failed_statement_is_rolled_back,
+    #[actix_web::test]
+    a_handler_that_rolls_back_itself_saves_nothing,
+    #[actix_web::test]
+    a_handler_that_commits_itself_still_gets_its_key_recorded,
+    #[actix_web::test]
+    an_empty_body_with_a_json_content_type_is_not_invalid_json,
+);
