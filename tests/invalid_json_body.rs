@@ -25,6 +25,35 @@ async fn note(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpRespons
     HttpResponse::Created().body(id.to_string())
 }
 
+/// `note` on axum.
+#[idem::axum::idempotent(scope = account, retention = "24h")]
+async fn note_on_axum(
+    account: Account,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> (axum::http::StatusCode, String) {
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+         VALUES ($1, 'note', 1, 0) RETURNING id",
+    )
+    .bind(account.id())
+    .fetch_one(&mut *tx)
+    .await
+    .expect("insert");
+    (axum::http::StatusCode::CREATED, id.to_string())
+}
+
+/// The example's application plus `POST /test/note`, on the test's framework.
+async fn note_app(env: &Env) -> support::TestApp {
+    support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.service(note);
+        },
+        || axum::Router::new().route("/test/note", axum::routing::post(note_on_axum)),
+    )
+    .await
+}
+
 /// `POST uri` with a key made of `what` (spaces become dashes).
 fn post_bytes(uri: &str, what: &str, content_type: &str, body: &[u8]) -> TestRequest {
     let key = what.replace(' ', "-");
@@ -70,13 +99,9 @@ async fn a_json_body_that_is_not_json_is_400_where_the_handler_parses_it() {
         .assert_created();
 }
 
-#[actix_web::test]
 async fn a_json_body_that_is_not_json_is_400_where_only_idem_reads_it() {
     let env = Env::new().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(note);
-    })
-    .await;
+    let app = note_app(&env).await;
     for content_type in [
         "application/json",
         "application/vnd.api+json; charset=utf-8",
@@ -109,13 +134,9 @@ async fn a_json_body_that_is_not_json_is_400_where_only_idem_reads_it() {
     assert_eq!((env.keys().await, env.orders().await), (1, 1));
 }
 
-#[actix_web::test]
 async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
     let env = Env::new().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(note);
-    })
-    .await;
+    let app = note_app(&env).await;
     // serde_json refuses a 128th level of nesting, and so 100 000 levels.
     for depth in [128, 100_000] {
         let deep = "[".repeat(depth) + &"]".repeat(depth);
@@ -159,5 +180,9 @@ async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
 
 support::both_frameworks!(
     #[actix_web::test]
-    a_json_body_that_is_not_json_is_400_where_the_handler_parses_it
+    a_json_body_that_is_not_json_is_400_where_the_handler_parses_it,
+    #[actix_web::test]
+    a_json_body_that_is_not_json_is_400_where_only_idem_reads_it,
+    #[actix_web::test]
+    json_nested_past_the_parser_limit_is_400_not_a_crash,
 );
