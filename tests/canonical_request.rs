@@ -10,7 +10,7 @@ use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 use support::TestRequest;
 use support::app::{Account, NewOrder, Store};
-use support::{ALICE, Env, TestBackend, post};
+use support::{ALICE, Env, TestBackend, by_database, post};
 
 /// Inserts an order for `account` in the handler's transaction.
 async fn record<DB: Store>(tx: &mut idem::Tx<'_, DB>, account: Account) {
@@ -56,12 +56,79 @@ async fn form<DB: Store>(
     HttpResponse::Created().json(&fields.0)
 }
 
+/// `payout`, `query` and `form` on axum, once per database.
+macro_rules! axum_twins {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use std::collections::BTreeMap;
+
+            use axum::extract::{Form, Json, Query};
+            use axum::http::StatusCode;
+
+            use super::{Account, Payout, record};
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(super) async fn payout(
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+                Json(body): Json<Payout>,
+            ) -> (StatusCode, String) {
+                record(&mut tx, account).await;
+                (StatusCode::CREATED, body.amount.to_string())
+            }
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(super) async fn query(
+                account: Account,
+                Query(params): Query<BTreeMap<String, String>>,
+                tx: idem::Tx<'_, $db>,
+            ) -> (StatusCode, Json<BTreeMap<String, String>>) {
+                record(&mut tx, account).await;
+                (StatusCode::CREATED, Json(params))
+            }
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(super) async fn form(
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+                Form(fields): Form<BTreeMap<String, String>>,
+            ) -> (StatusCode, Json<BTreeMap<String, String>>) {
+                record(&mut tx, account).await;
+                (StatusCode::CREATED, Json(fields))
+            }
+        }
+    };
+}
+
+axum_twins!(on_postgres, sqlx::Postgres);
+axum_twins!(on_sqlite, sqlx::Sqlite);
+
 async fn app<DB: TestBackend>(env: &Env<DB>) -> support::TestApp {
-    support::service_with(&env.idem(), |cfg| {
-        cfg.route("/test/payout", web::post().to(payout::<DB>))
-            .route("/test/query", web::post().to(query::<DB>))
-            .route("/test/form", web::post().to(form::<DB>));
-    })
+    support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.route("/test/payout", web::post().to(payout::<DB>))
+                .route("/test/query", web::post().to(query::<DB>))
+                .route("/test/form", web::post().to(form::<DB>));
+        },
+        || {
+            use axum::routing::post;
+            by_database::<DB, _>(
+                || {
+                    axum::Router::new()
+                        .route("/test/payout", post(on_postgres::payout))
+                        .route("/test/query", post(on_postgres::query))
+                        .route("/test/form", post(on_postgres::form))
+                },
+                || {
+                    axum::Router::new()
+                        .route("/test/payout", post(on_sqlite::payout))
+                        .route("/test/query", post(on_sqlite::query))
+                        .route("/test/form", post(on_sqlite::form))
+                },
+            )
+        },
+    )
     .await
 }
 
@@ -145,7 +212,7 @@ async fn form_fields_in_another_order_replay<DB: TestBackend>() {
     assert_eq!(env.orders().await, 1);
 }
 
-support::actix_only_tests!(
+support::backend_tests!(
     an_amount_beyond_64_bits_changed_by_one_is_a_mismatch,
     query_parameters_in_another_order_replay,
     form_fields_in_another_order_replay,

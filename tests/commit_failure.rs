@@ -7,7 +7,7 @@ mod support;
 
 use actix_web::{HttpResponse, web};
 use support::app::Account;
-use support::{ALICE, Env, TestBackend, post};
+use support::{ALICE, Env, TestBackend, by_database, post};
 
 /// Writes a child of a parent that does not exist; the deferred constraint lets the
 /// statement through and fails the COMMIT.
@@ -24,6 +24,31 @@ where
     HttpResponse::Created().body("orphan")
 }
 
+/// `orphan` on axum, once per database.
+macro_rules! axum_orphan {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::Account;
+
+            #[idem::axum::idempotent(scope = account)]
+            pub(super) async fn orphan(
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+            ) -> (axum::http::StatusCode, &'static str) {
+                let _ = account;
+                sqlx::raw_sql("INSERT INTO children (parent_id) VALUES (7)")
+                    .execute(&mut *tx)
+                    .await
+                    .expect("a deferred constraint is not checked before COMMIT");
+                (axum::http::StatusCode::CREATED, "orphan")
+            }
+        }
+    };
+}
+
+axum_orphan!(on_postgres, sqlx::Postgres);
+axum_orphan!(on_sqlite, sqlx::Sqlite);
+
 async fn a_commit_refused_by_a_deferred_constraint_saves_nothing<DB: TestBackend>()
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
@@ -37,9 +62,19 @@ where
     .execute(&env.pool)
     .await
     .expect("create the tables");
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.route("/test/orphan", web::post().to(orphan::<DB>));
-    })
+    let app = support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.route("/test/orphan", web::post().to(orphan::<DB>));
+        },
+        || {
+            let orphan = by_database::<DB, _>(
+                || axum::routing::post(on_postgres::orphan),
+                || axum::routing::post(on_sqlite::orphan),
+            );
+            axum::Router::new().route("/test/orphan", orphan)
+        },
+    )
     .await;
 
     for _ in 0..2 {
@@ -58,4 +93,4 @@ where
     }
 }
 
-support::actix_only_tests!(a_commit_refused_by_a_deferred_constraint_saves_nothing,);
+support::backend_tests!(a_commit_refused_by_a_deferred_constraint_saves_nothing,);

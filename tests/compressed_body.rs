@@ -1,4 +1,5 @@
-//! With actix-web's request decompression on (its default features), a body sent
+//! With actix-web's request decompression on (its default features), or on axum (which
+//! decodes nothing itself: idem's adapter decodes for the extractors), a body sent
 //! compressed (`Content-Encoding: gzip`, `deflate`, `br` or `zstd`) is the same request as
 //! the same body sent plain: idem fingerprints the decoded content that the extractors
 //! read, the extractors decode it once, the limit applies to the decoded size, and a
@@ -11,7 +12,7 @@ use std::io::Write;
 use actix_web::{HttpResponse, web};
 use support::TestRequest;
 use support::app::{Account, NewOrder, Store};
-use support::{ALICE, Env, TestBackend, order_json, post_order};
+use support::{ALICE, Env, Framework, TestBackend, by_database, order_json, post_order};
 
 /// Records that it ran and answers with the body its `Bytes` extractor saw.
 #[idem::idempotent(scope = account, retention = "24h")]
@@ -22,6 +23,53 @@ async fn echo<DB: Store>(account: Account, body: web::Bytes, tx: idem::Tx<'_, DB
         .await
         .expect("insert");
     HttpResponse::Created().body(body)
+}
+
+/// `echo` on axum, once per database.
+macro_rules! axum_echo {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::{Account, NewOrder, Store};
+            use axum::body::Bytes;
+            use axum::http::StatusCode;
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(super) async fn echo(
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+                body: Bytes,
+            ) -> (StatusCode, Bytes) {
+                let order: NewOrder =
+                    serde_json::from_str(r#"{"item":"echo","quantity":1,"amount_cents":0}"#)
+                        .unwrap();
+                <$db as Store>::insert_order(&mut tx, account.id(), &order)
+                    .await
+                    .expect("insert");
+                (StatusCode::CREATED, body)
+            }
+        }
+    };
+}
+
+axum_echo!(on_postgres, sqlx::Postgres);
+axum_echo!(on_sqlite, sqlx::Sqlite);
+
+/// The example's application plus `POST /test/echo`, on the test's framework.
+async fn echo_app<DB: TestBackend>(env: &Env<DB>) -> support::TestApp {
+    support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.route("/test/echo", web::post().to(echo::<DB>));
+        },
+        || {
+            let echo = by_database::<DB, _>(
+                || axum::routing::post(on_postgres::echo),
+                || axum::routing::post(on_sqlite::echo),
+            );
+            axum::Router::new().route("/test/echo", echo)
+        },
+    )
+    .await
 }
 
 const ENCODINGS: [&str; 4] = ["gzip", "deflate", "br", "zstd"];
@@ -144,10 +192,7 @@ async fn a_different_body_compressed_is_still_a_mismatch<DB: TestBackend>() {
 
 async fn extractors_see_the_body_decoded_exactly_once<DB: TestBackend>() {
     let env = Env::<DB>::open().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.route("/test/echo", web::post().to(echo::<DB>));
-    })
-    .await;
+    let app = echo_app(&env).await;
     let body = br#"{"note":"once"}"#;
     for encoding in ENCODINGS {
         let reply = app
@@ -165,10 +210,7 @@ async fn extractors_see_the_body_decoded_exactly_once<DB: TestBackend>() {
 
 async fn a_stream_that_does_not_decode_is_400_before_the_claim<DB: TestBackend>() {
     let env = Env::<DB>::open().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.route("/test/echo", web::post().to(echo::<DB>));
-    })
-    .await;
+    let app = echo_app(&env).await;
     let plain = order_json("tea", 1, 100);
     for encoding in ENCODINGS {
         // Plain bytes that claim to be compressed, and a compressed body cut short.
@@ -237,24 +279,60 @@ async fn identity_and_unknown_encodings_are_the_bytes_as_sent<DB: TestBackend>()
     app.call(req).await.assert_replay_of(&first);
 }
 
+/// A real HTTP server for the example on the test's framework: its base URL, and what
+/// stops it.
+async fn serve<DB: TestBackend>(idem: idem::Idem<DB>) -> (String, Stop) {
+    match Framework::current() {
+        Framework::Actix => {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            let base = format!("http://{}", listener.local_addr().expect("bound"));
+            let server = actix_web::HttpServer::new(move || {
+                let idem = idem.clone();
+                actix_web::App::new().configure(move |cfg| support::app::configure(cfg, &idem))
+            })
+            .workers(1)
+            .disable_signals()
+            .listen(listener)
+            .expect("listens")
+            .run();
+            let handle = server.handle();
+            actix_web::rt::spawn(server);
+            (base, Stop::Actix(handle))
+        }
+        Framework::Axum => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("a free port");
+            let base = format!("http://{}", listener.local_addr().expect("bound"));
+            let router = DB::axum_router(&idem);
+            let task = tokio::spawn(async move {
+                axum::serve(listener, router).await.expect("serves");
+            });
+            (base, Stop::Axum(task))
+        }
+    }
+}
+
+/// How [`serve`]'s server is stopped.
+enum Stop {
+    Actix(actix_web::dev::ServerHandle),
+    Axum(tokio::task::JoinHandle<()>),
+}
+
+impl Stop {
+    async fn stop(self) {
+        match self {
+            Self::Actix(handle) => handle.stop(true).await,
+            Self::Axum(task) => task.abort(),
+        }
+    }
+}
+
 /// The example application behind a real HTTP server, and a real client: the body
 /// crosses a socket as the client compressed it.
 async fn over_http_a_compressed_order_and_the_plain_one_are_one_order<DB: TestBackend>() {
     let env = Env::<DB>::open().await;
-    let idem = env.idem();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let base = format!("http://{}", listener.local_addr().expect("bound"));
-    let server = actix_web::HttpServer::new(move || {
-        let idem = idem.clone();
-        actix_web::App::new().configure(move |cfg| support::app::configure(cfg, &idem))
-    })
-    .workers(1)
-    .disable_signals()
-    .listen(listener)
-    .expect("listens")
-    .run();
-    let handle = server.handle();
-    actix_web::rt::spawn(server);
+    let (base, server) = serve(env.idem()).await;
 
     let client = reqwest::Client::new();
     let body = order_json("green tea", 2, 1299);
@@ -289,7 +367,7 @@ async fn over_http_a_compressed_order_and_the_plain_one_are_one_order<DB: TestBa
         );
     }
     assert_eq!(env.orders().await, ENCODINGS.len() as i64);
-    handle.stop(true).await;
+    server.stop().await;
 }
 
 support::backend_tests!(
@@ -298,10 +376,6 @@ support::backend_tests!(
     a_different_body_compressed_is_still_a_mismatch,
     the_limit_applies_to_the_decoded_size,
     identity_and_unknown_encodings_are_the_bytes_as_sent,
-);
-
-// An actix-web server, and test handlers registered on the actix app.
-support::actix_only_tests!(
     over_http_a_compressed_order_and_the_plain_one_are_one_order,
     extractors_see_the_body_decoded_exactly_once,
     a_stream_that_does_not_decode_is_400_before_the_claim,

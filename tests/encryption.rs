@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use idem::encryption::Keyring;
 use sqlx::{Pool, Postgres, Sqlite};
-use support::{ALICE, Env, IDEM_PROBLEM, TestBackend, order_json, post_order};
+use support::{ALICE, Env, IDEM_PROBLEM, TestBackend, by_database, order_json, post_order};
 
 fn first() -> Keyring {
     Keyring::new("2026-05", [0x11; 32])
@@ -157,17 +157,63 @@ async fn phased_secret<DB: TestBackend>(
     Ok(actix_web::HttpResponse::Created().body(format!("phased secret {n}")))
 }
 
+/// `phased_secret` and `phased_unfinished` on axum, once per database.
+macro_rules! axum_phased {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use axum::http::StatusCode;
+
+            #[idem::axum::idempotent(scope = account, lease = "1s")]
+            pub(super) async fn phased_secret(
+                account: super::support::app::Account,
+                phases: idem::Phases<$db>,
+            ) -> Result<(StatusCode, String), idem::PhaseError> {
+                let _ = account;
+                let n: i32 = phases
+                    .run("step", async |_tx| Ok::<_, idem::PhaseError>(7))
+                    .await?;
+                Ok((StatusCode::CREATED, format!("phased secret {n}")))
+            }
+
+            #[idem::axum::idempotent(scope = account, lease = "1s")]
+            pub(super) async fn phased_unfinished(
+                account: super::support::app::Account,
+                phases: idem::Phases<$db>,
+            ) -> Result<StatusCode, idem::PhaseError> {
+                let _ = account;
+                phases
+                    .run("step", async |_tx| Ok::<_, idem::PhaseError>(1))
+                    .await?;
+                Ok(StatusCode::SERVICE_UNAVAILABLE)
+            }
+        }
+    };
+}
+
+axum_phased!(on_postgres, sqlx::Postgres);
+axum_phased!(on_sqlite, sqlx::Sqlite);
+
 /// The phased form seals too, to the life of the key: after the retention the key
 /// starts a new generation, and the old life's response copied into its row does not
 /// open.
 async fn the_phased_form_stores_ciphertext_sealed_to_the_keys_life<DB: RowAccess>() {
     let env = Env::<DB>::open().await;
-    let app = support::service_with(&env.idem().encrypt_with(first()), |cfg| {
-        cfg.route(
-            "/test/phased-secret",
-            actix_web::web::post().to(phased_secret::<DB>),
-        );
-    })
+    let app = support::service_with_twin(
+        &env.idem().encrypt_with(first()),
+        |cfg| {
+            cfg.route(
+                "/test/phased-secret",
+                actix_web::web::post().to(phased_secret::<DB>),
+            );
+        },
+        || {
+            let handler = by_database::<DB, _>(
+                || axum::routing::post(on_postgres::phased_secret),
+                || axum::routing::post(on_sqlite::phased_secret),
+            );
+            axum::Router::new().route("/test/phased-secret", handler)
+        },
+    )
     .await;
     let request = || support::post("/test/phased-secret", ALICE, "phased-enc", "{}");
     let created = app.call(request()).await;
@@ -362,12 +408,22 @@ async fn phased_unfinished<DB: TestBackend>(
 async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
     let env = Env::<DB>::open().await;
     let idem = env.idem().encrypt_with(first());
-    let app = support::service_with(&idem, |cfg| {
-        cfg.route(
-            "/test/phased-unfinished",
-            actix_web::web::post().to(phased_unfinished::<DB>),
-        );
-    })
+    let app = support::service_with_twin(
+        &idem,
+        |cfg| {
+            cfg.route(
+                "/test/phased-unfinished",
+                actix_web::web::post().to(phased_unfinished::<DB>),
+            );
+        },
+        || {
+            let handler = by_database::<DB, _>(
+                || axum::routing::post(on_postgres::phased_unfinished),
+                || axum::routing::post(on_sqlite::phased_unfinished),
+            );
+            axum::Router::new().route("/test/phased-unfinished", handler)
+        },
+    )
     .await;
     let request = |key| support::post("/test/phased-unfinished", ALICE, key, "{}");
     for key in ["resolved-sealed", "resolved-clear"] {
@@ -411,10 +467,6 @@ support::backend_tests!(
     a_response_stripped_of_its_seal_is_not_replayed,
     old_plaintext_rows_replay_only_during_the_migration_allowance,
     an_earlier_lifes_response_does_not_open_in_a_later_life,
-);
-
-// Test handlers registered on the actix app.
-support::actix_only_tests!(
     the_phased_form_stores_ciphertext_sealed_to_the_keys_life,
     an_operator_resolution_is_sealed_and_replays,
 );

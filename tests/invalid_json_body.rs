@@ -5,24 +5,68 @@
 
 mod support;
 
-use actix_web::{HttpResponse, post};
+use actix_web::{HttpResponse, web};
 use support::TestRequest;
-use support::app::Account;
-use support::{ALICE, Env, order_json, post_order};
+use support::app::{Account, NewOrder, Store};
+use support::{ALICE, Env, TestBackend, by_database, order_json, post_order};
+
+/// The order `note` records.
+fn a_note() -> NewOrder {
+    NewOrder {
+        item: "note".to_owned(),
+        quantity: 1,
+        amount_cents: 0,
+    }
+}
 
 /// Records that it ran; reads no body, so only idem's fingerprint looks at it.
-#[post("/test/note")]
 #[idem::idempotent(scope = account, retention = "24h")]
-async fn note(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO orders (account_id, item, quantity, amount_cents) \
-         VALUES ($1, 'note', 1, 0) RETURNING id",
+async fn note<DB: Store>(account: Account, tx: idem::Tx<'_, DB>) -> HttpResponse {
+    let order = DB::insert_order(&mut tx, account.id(), &a_note())
+        .await
+        .expect("insert");
+    HttpResponse::Created().body(order.id.to_string())
+}
+
+/// `note` on axum, once per database.
+macro_rules! axum_note {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::{Account, Store, a_note};
+
+            #[idem::axum::idempotent(scope = account, retention = "24h")]
+            pub(super) async fn note(
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+            ) -> (axum::http::StatusCode, String) {
+                let order = <$db as Store>::insert_order(&mut tx, account.id(), &a_note())
+                    .await
+                    .expect("insert");
+                (axum::http::StatusCode::CREATED, order.id.to_string())
+            }
+        }
+    };
+}
+
+axum_note!(on_postgres, sqlx::Postgres);
+axum_note!(on_sqlite, sqlx::Sqlite);
+
+/// The example's application plus `POST /test/note`, on the test's framework.
+async fn note_app<DB: TestBackend>(env: &Env<DB>) -> support::TestApp {
+    support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.route("/test/note", web::post().to(note::<DB>));
+        },
+        || {
+            let note = by_database::<DB, _>(
+                || axum::routing::post(on_postgres::note),
+                || axum::routing::post(on_sqlite::note),
+            );
+            axum::Router::new().route("/test/note", note)
+        },
     )
-    .bind(account.id())
-    .fetch_one(&mut *tx)
     .await
-    .expect("insert");
-    HttpResponse::Created().body(id.to_string())
 }
 
 /// `POST uri` with a key made of `what` (spaces become dashes).
@@ -54,8 +98,8 @@ const NOT_JSON: [(&str, &[u8]); 5] = [
     ),
 ];
 
-async fn a_json_body_that_is_not_json_is_400_where_the_handler_parses_it() {
-    let env = Env::new().await;
+async fn a_json_body_that_is_not_json_is_400_where_the_handler_parses_it<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
     for (what, body) in NOT_JSON {
         app.call(post_bytes("/orders", what, "application/json", body))
@@ -70,13 +114,9 @@ async fn a_json_body_that_is_not_json_is_400_where_the_handler_parses_it() {
         .assert_created();
 }
 
-#[actix_web::test]
-async fn a_json_body_that_is_not_json_is_400_where_only_idem_reads_it() {
-    let env = Env::new().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(note);
-    })
-    .await;
+async fn a_json_body_that_is_not_json_is_400_where_only_idem_reads_it<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
+    let app = note_app(&env).await;
     for content_type in [
         "application/json",
         "application/vnd.api+json; charset=utf-8",
@@ -109,13 +149,9 @@ async fn a_json_body_that_is_not_json_is_400_where_only_idem_reads_it() {
     assert_eq!((env.keys().await, env.orders().await), (1, 1));
 }
 
-#[actix_web::test]
-async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
-    let env = Env::new().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(note);
-    })
-    .await;
+async fn json_nested_past_the_parser_limit_is_400_not_a_crash<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
+    let app = note_app(&env).await;
     // serde_json refuses a 128th level of nesting, and so 100 000 levels.
     for depth in [128, 100_000] {
         let deep = "[".repeat(depth) + &"]".repeat(depth);
@@ -157,7 +193,8 @@ async fn json_nested_past_the_parser_limit_is_400_not_a_crash() {
     assert_eq!(reply.status, 201);
 }
 
-support::both_frameworks!(
-    #[actix_web::test]
-    a_json_body_that_is_not_json_is_400_where_the_handler_parses_it
+support::backend_tests!(
+    a_json_body_that_is_not_json_is_400_where_the_handler_parses_it,
+    a_json_body_that_is_not_json_is_400_where_only_idem_reads_it,
+    json_nested_past_the_parser_limit_is_400_not_a_crash,
 );

@@ -9,7 +9,7 @@ mod support;
 
 use actix_web::{HttpResponse, web};
 use support::app::Account;
-use support::{ALICE, BOB, Env, TestBackend, post};
+use support::{ALICE, BOB, Env, TestBackend, by_database, post};
 
 /// Authorization in the body: the caller must be the account in the path.
 fn authorize(caller: Account, owner: i64) -> Option<HttpResponse> {
@@ -45,14 +45,77 @@ async fn by_caller<DB: idem::Backend>(
     HttpResponse::Created().body(format!("transfer for {owner}, secret reference 42"))
 }
 
+/// `authorize` and the answer of both handlers, as the axum twins give them.
+fn answer_on_axum(caller: Account, owner: i64) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+
+    if caller.id() != owner {
+        return (StatusCode::FORBIDDEN, "not your account".to_owned());
+    }
+    (
+        StatusCode::CREATED,
+        format!("transfer for {owner}, secret reference 42"),
+    )
+}
+
+/// `by_path` and `by_caller` on axum, once per database.
+macro_rules! axum_twins {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::{Account, answer_on_axum};
+            use axum::extract::Path;
+
+            #[idem::axum::idempotent(scope = owner)]
+            pub(super) async fn by_path(
+                owner: idem::UnverifiedScope<Path<i64>>,
+                caller: Account,
+                _tx: idem::Tx<'_, $db>,
+            ) -> (axum::http::StatusCode, String) {
+                let Path(owner) = owner.into_inner();
+                answer_on_axum(caller, owner)
+            }
+
+            #[idem::axum::idempotent(scope = caller)]
+            pub(super) async fn by_caller(
+                Path(owner): Path<i64>,
+                caller: Account,
+                _tx: idem::Tx<'_, $db>,
+            ) -> (axum::http::StatusCode, String) {
+                answer_on_axum(caller, owner)
+            }
+        }
+    };
+}
+
+axum_twins!(on_postgres, sqlx::Postgres);
+axum_twins!(on_sqlite, sqlx::Sqlite);
+
 async fn app<DB: TestBackend>(env: &Env<DB>) -> support::TestApp {
-    support::service_with(&env.idem(), |cfg| {
-        cfg.route("/by-path/{owner}/transfers", web::post().to(by_path::<DB>))
-            .route(
-                "/by-caller/{owner}/transfers",
-                web::post().to(by_caller::<DB>),
-            );
-    })
+    support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.route("/by-path/{owner}/transfers", web::post().to(by_path::<DB>))
+                .route(
+                    "/by-caller/{owner}/transfers",
+                    web::post().to(by_caller::<DB>),
+                );
+        },
+        || {
+            use axum::routing::post;
+            by_database::<DB, _>(
+                || {
+                    axum::Router::new()
+                        .route("/by-path/{owner}/transfers", post(on_postgres::by_path))
+                        .route("/by-caller/{owner}/transfers", post(on_postgres::by_caller))
+                },
+                || {
+                    axum::Router::new()
+                        .route("/by-path/{owner}/transfers", post(on_sqlite::by_path))
+                        .route("/by-caller/{owner}/transfers", post(on_sqlite::by_caller))
+                },
+            )
+        },
+    )
     .await
 }
 
@@ -105,7 +168,7 @@ async fn an_authenticated_scope_stops_both<DB: TestBackend>() {
     assert_eq!(again.body, alice.body);
 }
 
-support::actix_only_tests!(
+support::backend_tests!(
     a_path_scope_leaks_and_can_be_squatted,
     an_authenticated_scope_stops_both,
 );

@@ -5,13 +5,13 @@
 mod support;
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use support::app::{Account, AppError, NewOrder, Store};
-use support::{ALICE, Env, TestApp, TestBackend, order_json, post};
+use support::{ALICE, Env, TestApp, TestBackend, by_database, order_json, post};
 
 /// The statuses the next requests answer with, after inserting their order; 201 once
 /// the script runs out.
@@ -37,12 +37,97 @@ async fn scripted<DB: Store>(
     })
 }
 
+/// The script's next status, 201 once it runs out, as the axum twins answer it.
+fn next_on_axum(script: &Script) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+
+    let next = script.0.lock().expect("not poisoned").pop_front();
+    let (status, body) = match next {
+        Some(status) => (
+            StatusCode::from_u16(status).expect("a status"),
+            format!("answered {status}"),
+        ),
+        None => (StatusCode::CREATED, "created".to_owned()),
+    };
+    (status, [("retry-after", "7")], body).into_response()
+}
+
+/// The next status of the phased script, without a `Retry-After`, on axum.
+fn next_phased_on_axum(script: &Script) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+
+    match script.0.lock().expect("not poisoned").pop_front() {
+        Some(status) => (
+            StatusCode::from_u16(status).expect("a status"),
+            format!("answered {status}"),
+        )
+            .into_response(),
+        None => (StatusCode::CREATED, "created").into_response(),
+    }
+}
+
+/// `scripted` and `phased` on axum, once per database.
+macro_rules! axum_twins {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::*;
+            use axum::Extension;
+
+            #[idem::axum::idempotent(scope = account)]
+            pub(super) async fn scripted(
+                account: Account,
+                Extension(script): Extension<Arc<Script>>,
+                tx: idem::Tx<'_, $db>,
+                axum::Json(order): axum::Json<NewOrder>,
+            ) -> Result<axum::response::Response, AppError> {
+                <$db as Store>::insert_order(&mut tx, account.id(), &order).await?;
+                Ok(next_on_axum(&script))
+            }
+
+            #[idem::axum::idempotent(scope = account, lease = "30s")]
+            pub(super) async fn phased(
+                account: Account,
+                phases: idem::Phases<$db>,
+                Extension(script): Extension<Arc<Script>>,
+                Extension(runs): Extension<Arc<AtomicUsize>>,
+            ) -> Result<axum::response::Response, idem::PhaseError> {
+                let _ = account;
+                phases
+                    .run("first", async |_tx| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, idem::PhaseError>(())
+                    })
+                    .await?;
+                Ok(next_phased_on_axum(&script))
+            }
+        }
+    };
+}
+
+axum_twins!(on_postgres, sqlx::Postgres);
+axum_twins!(on_sqlite, sqlx::Sqlite);
+
 async fn app<DB: TestBackend>(idem: &idem::Idem<DB>, script: &[u16]) -> TestApp {
     let script = web::Data::new(Script(Mutex::new(script.iter().copied().collect())));
-    support::service_with(idem, move |cfg| {
-        cfg.app_data(script)
-            .route("/test/scripted", web::post().to(scripted::<DB>));
-    })
+    let shared = script.clone().into_inner();
+    support::service_with_twin(
+        idem,
+        move |cfg| {
+            cfg.app_data(script)
+                .route("/test/scripted", web::post().to(scripted::<DB>));
+        },
+        move || {
+            let scripted = by_database::<DB, _>(
+                || axum::routing::post(on_postgres::scripted),
+                || axum::routing::post(on_sqlite::scripted),
+            );
+            axum::Router::new()
+                .route("/test/scripted", scripted)
+                .layer(axum::Extension(shared))
+        },
+    )
     .await
 }
 
@@ -154,11 +239,25 @@ async fn a_phased_429_keeps_its_phases_and_frees_the_lease<DB: TestBackend>() {
     let runs = web::Data::new(AtomicUsize::new(0));
     let app = {
         let (script, runs) = (script.clone(), runs.clone());
-        support::service_with(&env.idem(), move |cfg| {
-            cfg.app_data(script)
-                .app_data(runs)
-                .route("/test/phased", web::post().to(phased::<DB>));
-        })
+        let (shared_script, shared_runs) = (script.clone().into_inner(), runs.clone().into_inner());
+        support::service_with_twin(
+            &env.idem(),
+            move |cfg| {
+                cfg.app_data(script)
+                    .app_data(runs)
+                    .route("/test/phased", web::post().to(phased::<DB>));
+            },
+            move || {
+                let phased = by_database::<DB, _>(
+                    || axum::routing::post(on_postgres::phased),
+                    || axum::routing::post(on_sqlite::phased),
+                );
+                axum::Router::new()
+                    .route("/test/phased", phased)
+                    .layer(axum::Extension(shared_script))
+                    .layer(axum::Extension(shared_runs))
+            },
+        )
         .await
     };
     let request = || post("/test/phased", ALICE, "p", "{}");
@@ -184,7 +283,7 @@ async fn a_phased_429_keeps_its_phases_and_frees_the_lease<DB: TestBackend>() {
     app.call(request()).await.assert_replay_of(&retry);
 }
 
-support::actix_only_tests!(
+support::backend_tests!(
     a_429_rolls_back_and_the_retry_runs,
     every_default_transient_status_rolls_back,
     transient_statuses_are_configurable,
