@@ -189,7 +189,7 @@ impl PhaseStore for Postgres {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
+            Some(row) if !row.reclaimable() => return Ok(claimed_or_existing(conn, row)),
             Some(_) | None => {}
         }
         // Expired, or committed by its holder while we waited: look again with a fresh
@@ -204,7 +204,7 @@ impl PhaseStore for Postgres {
                 .fetch_optional(&mut *conn)
                 .await?;
             match row {
-                Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
+                Some(row) if !row.reclaimable() => return Ok(claimed_or_existing(conn, row)),
                 Some(_) => continue,
                 None => break,
             }
@@ -314,11 +314,21 @@ impl PhaseStore for Postgres {
                 .bind(status)
                 .bind(response.headers)
                 .bind(response.body)
-                .fetch_optional(conn)
+                .fetch_optional(&mut *conn)
                 .await?;
+            super::shrink_after(conn, response.headers.len() + response.body.len());
             Ok(completed.is_some())
         })
     }
+}
+
+/// The claim's answer; an existing key's stored answer may have grown the connection's
+/// read buffer, which is given back as the single-transaction claim does.
+fn claimed_or_existing(conn: &mut PgConnection, row: Row) -> PhasedClaim {
+    if !row.claimed {
+        super::shrink_after(conn, row.key.stored_len());
+    }
+    row.into_claim()
 }
 
 async fn reclaim_expired(
