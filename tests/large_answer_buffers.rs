@@ -112,6 +112,8 @@ struct Cost {
     kept: isize,
     /// Still allocated once its replay was dropped too, beyond `kept`.
     kept_by_replay: isize,
+    /// Most alive at once while the replay was read and answered, beyond `kept`.
+    replay_peak: isize,
 }
 
 /// `path` answers a new key, then replays it; each answer is checked and dropped before
@@ -129,7 +131,9 @@ async fn cost(app: &support::TestApp, pool: &PgPool, path: &str, key: &str, size
     settled(pool).await;
     let after_first = LIVE.load(Ordering::SeqCst);
 
+    PEAK.store(after_first, Ordering::SeqCst);
     let replay = app.call(post(path, ALICE, key, "{}")).await;
+    let replay_peak = PEAK.load(Ordering::SeqCst) - after_first;
     assert_eq!(replay.status, 200, "{path}");
     assert!(replay.replayed());
     assert!(
@@ -143,6 +147,7 @@ async fn cost(app: &support::TestApp, pool: &PgPool, path: &str, key: &str, size
         peak,
         kept: after_first - before,
         kept_by_replay: after_replay - after_first,
+        replay_peak,
     }
 }
 
@@ -197,6 +202,12 @@ async fn connections_give_back_what_a_large_answer_grew_them_to() {
         assert!(
             large.peak < 3 * LARGE as isize,
             "{form}: a {LARGE}-byte answer was held more than three times at once: {large:?}"
+        );
+        // Printed, not asserted: sqlx's read may copy a large row once more, or not,
+        // depending on how its bytes arrive from the socket (BENCHMARKS.md, issue 18).
+        eprintln!(
+            "{form}: at most {} bytes alive at once during the replay",
+            large.replay_peak
         );
         assert!(
             large.kept < SLACK,
