@@ -5,6 +5,7 @@ mod inbox;
 mod maintenance;
 mod outbox;
 mod phased;
+mod staged;
 
 use std::time::Duration;
 
@@ -150,6 +151,18 @@ UPDATE idem_keys
  WHERE scope = $1 AND idem_key = $2
 RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
 
+/// [`COMPLETE`] for a body staged by `staged::stage`: $5 is the staged row's nonce, and
+/// the row goes in the same statement, whether or not the key's row is still there.
+const COMPLETE_STAGED: &str = "\
+WITH staged AS (
+    DELETE FROM idem_staged_bodies WHERE scope = $1 AND nonce = $5 RETURNING body
+)
+UPDATE idem_keys
+   SET state = 'completed', response_status = $3, response_headers = $4,
+       response_body = (SELECT body FROM staged), locked_until = NULL
+ WHERE scope = $1 AND idem_key = $2
+RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
+
 /// What the claim and [`SELECT_EXISTING`] return.
 #[derive(sqlx::FromRow)]
 struct KeyRow {
@@ -240,14 +253,26 @@ impl Backend for Postgres {
         response: &StoredResponse<'_>,
     ) -> Result<Completion, sqlx::Error> {
         let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-        let in_transaction: Option<bool> = sqlx::query_scalar(COMPLETE)
-            .bind(req.scope)
-            .bind(req.key)
-            .bind(status)
-            .bind(response.headers)
-            .bind(response.body)
-            .fetch_optional(&mut *conn)
-            .await?;
+        let in_transaction: Option<bool> = if response.body.len() > staged::STAGE_ABOVE {
+            let nonce = staged::stage(conn, req.scope, response.body).await?;
+            sqlx::query_scalar(COMPLETE_STAGED)
+                .bind(req.scope)
+                .bind(req.key)
+                .bind(status)
+                .bind(response.headers)
+                .bind(nonce)
+                .fetch_optional(&mut *conn)
+                .await?
+        } else {
+            sqlx::query_scalar(COMPLETE)
+                .bind(req.scope)
+                .bind(req.key)
+                .bind(status)
+                .bind(response.headers)
+                .bind(response.body)
+                .fetch_optional(&mut *conn)
+                .await?
+        };
         shrink_after(conn, response.headers.len() + response.body.len());
         Ok(match in_transaction {
             None => Completion::RowGone,

@@ -141,6 +141,18 @@ UPDATE idem_keys
  WHERE scope = $1 AND idem_key = $2 AND fencing_token = $3 AND state = 'started'
 RETURNING true";
 
+/// [`COMPLETE`] for a staged body (`super::staged`): $6 is the staged row's nonce. A
+/// fenced-out attempt's row goes too.
+const COMPLETE_STAGED: &str = "\
+WITH staged AS (
+    DELETE FROM idem_staged_bodies WHERE scope = $1 AND nonce = $6 RETURNING body
+)
+UPDATE idem_keys
+   SET state = 'completed', response_status = $4, response_headers = $5,
+       response_body = (SELECT body FROM staged), locked_until = NULL
+ WHERE scope = $1 AND idem_key = $2 AND fencing_token = $3 AND state = 'started'
+RETURNING true";
+
 #[derive(sqlx::FromRow)]
 struct Row {
     claimed: bool,
@@ -189,7 +201,7 @@ impl PhaseStore for Postgres {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
+            Some(row) if !row.reclaimable() => return Ok(claimed_or_existing(conn, row)),
             Some(_) | None => {}
         }
         // Expired, or committed by its holder while we waited: look again with a fresh
@@ -204,7 +216,7 @@ impl PhaseStore for Postgres {
                 .fetch_optional(&mut *conn)
                 .await?;
             match row {
-                Some(row) if !row.reclaimable() => return Ok(row.into_claim()),
+                Some(row) if !row.reclaimable() => return Ok(claimed_or_existing(conn, row)),
                 Some(_) => continue,
                 None => break,
             }
@@ -305,6 +317,9 @@ impl PhaseStore for Postgres {
         attempt: &AttemptRef<'_>,
         response: &crate::store::StoredResponse<'_>,
     ) -> sqlx::Result<bool> {
+        if response.body.len() > super::staged::STAGE_ABOVE {
+            return complete_staged(conn, attempt, response).await;
+        }
         own_transaction!(conn, {
             let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
             let completed: Option<bool> = sqlx::query_scalar(COMPLETE)
@@ -314,11 +329,46 @@ impl PhaseStore for Postgres {
                 .bind(status)
                 .bind(response.headers)
                 .bind(response.body)
-                .fetch_optional(conn)
+                .fetch_optional(&mut *conn)
                 .await?;
+            super::shrink_after(conn, response.headers.len() + response.body.len());
             Ok(completed.is_some())
         })
     }
+}
+
+/// The phased completion of a large body: staged, then stored, in a transaction of its
+/// own on any connection (a savepoint if `conn` is in one), so that no staged row is
+/// left behind if the process stops between the two statements.
+async fn complete_staged(
+    conn: &mut PgConnection,
+    attempt: &AttemptRef<'_>,
+    response: &crate::store::StoredResponse<'_>,
+) -> sqlx::Result<bool> {
+    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let nonce = super::staged::stage(&mut tx, attempt.scope, response.body).await?;
+    let completed: Option<bool> = sqlx::query_scalar(COMPLETE_STAGED)
+        .bind(attempt.scope)
+        .bind(attempt.key)
+        .bind(attempt.fencing_token)
+        .bind(status)
+        .bind(response.headers)
+        .bind(nonce)
+        .fetch_optional(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    super::shrink_after(conn, response.headers.len() + response.body.len());
+    Ok(completed.is_some())
+}
+
+/// The claim's answer; an existing key's stored answer may have grown the connection's
+/// read buffer, which is given back as the single-transaction claim does.
+fn claimed_or_existing(conn: &mut PgConnection, row: Row) -> PhasedClaim {
+    if !row.claimed {
+        super::shrink_after(conn, row.key.stored_len());
+    }
+    row.into_claim()
 }
 
 async fn reclaim_expired(
