@@ -88,6 +88,9 @@ pub async fn prepare<DB: Backend>(
 /// before any claim. The macro calls `<T as FromRequest>::from_request` itself, spanned
 /// at the parameter's type, so that a type that is no extractor is reported there alone,
 /// with no bound of this function in the message.
+// The error is the response to send, returned once per extractor straight to the
+// generated handler's `return`, as `prepare`'s is: boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
 #[doc(hidden)]
 pub fn extracted<T, E: Into<actix_web::Error>>(result: Result<T, E>) -> Result<T, HttpResponse> {
     result.map_err(|error| HttpResponse::from_error(error.into()))
