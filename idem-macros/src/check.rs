@@ -74,20 +74,42 @@ pub(crate) fn check(
             let (first, last) = syntax::first_and_last(&param.ty);
             Some(unnamed_backend(&krate, form, first, last))
         }
-        Some(_) => None,
-        None => match args.backend {
+        // A database named as written is checked once, in the alias.
+        Some(param) => syntax::backend_arg(&param.ty)
+            .filter(|database| !is_type_param(&func.sig.generics, database))
+            .map(|database| checked_backend(&krate, database)),
+        // A `Tx` or `Phases` taken by reference is reported as such; its type names the
+        // handler's database, so "this handler names none" would be a second error for
+        // the same mistake.
+        None if params.borrowed => None,
+        None => match &args.backend {
             Arg::Absent => Some(unnamed_backend(&krate, "handler", args.span, args.end)),
+            Arg::Given(database) => Some(checked_backend(&krate, database)),
             // Unreadable: the list's error is reported, and whether it named a backend
             // is unknown.
-            Arg::Given(_) | Arg::Unreadable => None,
+            Arg::Unreadable => None,
         },
     };
     let shell = {
         let mut inner = func.clone();
-        syntax::normalize_params(&mut inner, |ty| {
-            let span = ty.span().resolved_at(Span::mixed_site());
-            Type::Verbatim(Ident::new(UNNAMED, span).into_token_stream())
-        });
+        syntax::normalize_params(
+            &mut inner,
+            |ty| {
+                let span = ty.span().resolved_at(Span::mixed_site());
+                Type::Verbatim(Ident::new(UNNAMED, span).into_token_stream())
+            },
+            // A database that is the handler's type parameter stays as written: the
+            // projection would hide it from inference where the handler calls the
+            // user's function, and the parameter's own bound is what checks it.
+            |database| {
+                if is_type_param(&func.sig.generics, database) {
+                    database.clone()
+                } else {
+                    let span = database.span().resolved_at(Span::mixed_site());
+                    Type::Verbatim(Ident::new(UNNAMED, span).into_token_stream())
+                }
+            },
+        );
         inner.attrs = attrs.inner;
         inner.vis = Visibility::Inherited;
         Shell {
@@ -101,7 +123,7 @@ pub(crate) fn check(
     match (scope, error) {
         (Some(scope), None) => Expansion::Handler(Model {
             framework,
-            backend: backend(&krate, &args, &params.params, unnamed.is_some()),
+            backend: backend(&krate, &args, &func, &params.params, unnamed.is_some()),
             krate,
             shell,
             params: params.params,
@@ -187,6 +209,8 @@ struct Params {
     tx: Option<Named>,
     phases: Option<Named>,
     has_receiver: bool,
+    /// A `Tx` or `Phases` is taken by reference (and reported).
+    borrowed: bool,
 }
 
 /// A parameter's name and its tokens, for messages about it.
@@ -201,6 +225,7 @@ fn params(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Params {
         tx: None,
         phases: None,
         has_receiver: false,
+        borrowed: false,
     };
     for input in &func.sig.inputs {
         let arg = match input {
@@ -223,6 +248,7 @@ fn params(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Params {
             tokens: quote!(#arg),
         };
         if let Some(borrowed) = Role::of_borrowed(&arg.ty) {
+            params.borrowed = true;
             let ty = borrowed.type_name();
             errors.push(syn::Error::new_spanned(
                 &arg.ty,
@@ -333,42 +359,107 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
 /// when the handler has neither. Spanned at the type that names it, so an unsupported
 /// database is reported there. Where nothing names one (`unnamed`), the alias
 /// [`UNNAMED`].
-fn backend(krate: &syn::Path, args: &Args, params: &[Param], unnamed: bool) -> TokenStream {
+fn backend(
+    krate: &syn::Path,
+    args: &Args,
+    func: &ItemFn,
+    params: &[Param],
+    unnamed: bool,
+) -> TokenStream {
     if unnamed {
         let alias = Ident::new(UNNAMED, Span::mixed_site());
         return quote!(#alias);
     }
-    match params.iter().find(|p| p.role != Role::Extractor) {
-        Some(param) if param.role == Role::Tx => {
-            let ty = syntax::tx_type_static(&param.ty);
-            quote_spanned!(param.ty.span()=> <#ty as #krate::__private::TxBackend>::Backend)
-        }
-        Some(param) => {
-            let ty = &param.ty;
-            quote_spanned!(ty.span()=> <#ty as #krate::__private::PhasesBackend>::Backend)
-        }
-        None => match &args.backend {
-            Arg::Given(ty) => quote!(#ty),
-            // Not reached: without `backend`, `unnamed` is set.
-            Arg::Absent | Arg::Unreadable => quote!(#krate::DefaultBackend),
-        },
+    let database = match params.iter().find(|p| p.role != Role::Extractor) {
+        Some(param) => syntax::backend_arg(&param.ty),
+        None => args.backend.given(),
+    };
+    match database {
+        // Not reached otherwise: a database written as a type other than the handler's
+        // type parameter, or none, has the alias.
+        Some(database) if is_type_param(&func.sig.generics, database) => quote!(#database),
+        _ => quote!(#krate::DefaultBackend),
+    }
+}
+
+/// Whether the database is one of the handler's type parameters (`DB` in
+/// `fn touch<DB: idem::Backend>(.., tx: idem::Tx<'_, DB>)`): it stays as written, as the
+/// projection would hide it from inference where the handler calls the user's function,
+/// and its own bound is what checks it.
+fn is_type_param(generics: &syn::Generics, database: &Type) -> bool {
+    let Type::Path(path) = database else {
+        return false;
+    };
+    path.qself.is_none()
+        && generics
+            .type_params()
+            .any(|param| path.path.is_ident(&param.ident))
+}
+
+/// The database as written, checked where it is written, for the alias [`UNNAMED`] the
+/// user's `Tx` and the generated code name: a type that is no database is one error at
+/// that type. The check sits in an array length, which the alias's one definition
+/// evaluates once, and makes the whole type an error type that adds no other error
+/// (neither at the parameter's `Tx` nor in the generated code). The path opens at the
+/// type's first token and closes at its last, so that the error underlines the whole
+/// type as written (`sqlx::Postgres`, not `sqlx`).
+fn checked_backend(krate: &syn::Path, database: &Type) -> TokenStream {
+    let (first, last) = syntax::first_and_last(database);
+    let at = syntax::krate_at(krate, first);
+    let assoc = Ident::new("CHECKED", last);
+    quote_spanned! {first=>
+        <[#database; <#database as #at::__private::IdemDatabase>::#assoc] as #at::__private::Named>::Backend
     }
 }
 
 /// The database of a `Tx` or `Phases` that names none, or of a handler that takes
 /// neither (`form` says which): `DefaultBackend` while one database is enabled, else a
-/// compile error saying to name one. The runtime's macro decides, as only it knows its
-/// features. Spanned from `first` to `last`, so the error underlines the user's whole
-/// type (or the attribute's arguments) and nothing of the generated code.
+/// compile error saying to name one. The runtime's macro chooses between the two, as only
+/// it knows its features. The error sits in an array length, not in type position, where
+/// `compile_error!` would stand for `()` and every use of the backend would add "`()` is
+/// not a database": an erroneous length makes the whole type erroneous, and rustc reports
+/// nothing more about it. Its `compile_error!` is spanned from `first` to `last`, so it
+/// underlines the user's whole type (or the attribute's arguments) and nothing of the
+/// generated code.
 fn unnamed_backend(krate: &syn::Path, form: &str, first: Span, last: Span) -> TokenStream {
-    let path = crate::syntax::krate_at(krate, first);
-    let form = Ident::new(form, last);
+    let path = syntax::krate_at(krate, first);
+    let message = match form {
+        "Tx" => {
+            "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` names no database: \
+             write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one"
+        }
+        "Phases" => {
+            "both `postgres` and `sqlite` are enabled, so a bare `idem::Phases` names no \
+             database: write `idem::Phases<sqlx::Sqlite>` (or `sqlx::Postgres`), or enable \
+             only one"
+        }
+        _ => {
+            "both `postgres` and `sqlite` are enabled, and this handler takes no `idem::Tx` \
+             or `idem::Phases` to name its database: add `backend = sqlx::Sqlite` (or \
+             `sqlx::Postgres`), or enable only one"
+        }
+    };
+    let spanned_at = |span: Span, delimiter, inner: TokenStream| {
+        let mut group = proc_macro2::Group::new(delimiter, inner);
+        group.set_span(span);
+        proc_macro2::TokenTree::Group(group)
+    };
+    let mut error = quote_spanned!(first=> ::core::compile_error!);
+    error.extend([spanned_at(
+        last,
+        proc_macro2::Delimiter::Parenthesis,
+        quote_spanned!(last=> #message),
+    )]);
+    let both = quote_spanned! {first=>
+        <[(); { #error; 0 }] as #path::__private::Unnamed>::Backend
+    };
+    let one = quote_spanned!(first=> #path::DefaultBackend);
     let mut call = quote_spanned!(first=> #path::__private::unnamed_backend!);
-    call.extend(std::iter::once(proc_macro2::TokenTree::Group({
-        let mut group = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#form));
-        group.set_span(last);
-        group
-    })));
+    call.extend([spanned_at(
+        last,
+        proc_macro2::Delimiter::Parenthesis,
+        quote!({ #one } { #both }),
+    )]);
     call
 }
 

@@ -105,8 +105,13 @@ impl Model {
             call_args,
             scope_value,
         } = param_tokens(self, &tx, &phases, |_, ty, at_ty| {
+            // The trait's function by its qualified path, not a helper bounded by
+            // `FromRequest`: the error for a type that is no extractor is then the
+            // trait's, at the type, with no note about idem's helper.
             quote_spanned! {ty.span()=>
-                #at_ty::__private::actix::extract::<#ty>(#prepared.request(), &mut #body).await
+                #at_ty::__private::actix::extracted(
+                    <#ty as #at_ty::__private::actix::FromRequest>::from_request(#prepared.request(), &mut #body).await
+                )
             }
         });
 

@@ -126,7 +126,7 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
     );
     let at_ret = krate_at(krate, ret_span);
     let respond = quote_spanned! {ret_span=>
-        #at_ret::__private::axum::respond(#value_at_return)
+        #at_ret::__private::axum::IntoResponse::into_response(#value_at_return)
     };
     let call = quote!(#name(#(#call_args),*));
     let run = run_tokens(

@@ -69,10 +69,11 @@ pub(crate) struct Shell {
     /// a `Tx` or `Phases` that names no database given [`UNNAMED`], and without the
     /// attributes that moved to the generated handler.
     pub(crate) inner: ItemFn,
-    /// The type [`UNNAMED`] stands for, when a parameter or the handler names no
-    /// database: the runtime's `unnamed_backend!`, which is the default backend or the
-    /// one compile error. Defined once beside the user's function and named by both it
-    /// and the generated code, so the error is reported once.
+    /// The type [`UNNAMED`] stands for: when a parameter or the handler names no
+    /// database, the runtime's `unnamed_backend!`, which is the default backend or the
+    /// one compile error; when one is named (but for the handler's own type parameter),
+    /// that database, checked. Defined once beside the user's function and named by both
+    /// it and the generated code, so an error is reported once.
     pub(crate) unnamed: Option<TokenStream>,
 }
 

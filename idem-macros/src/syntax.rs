@@ -231,8 +231,13 @@ pub(crate) fn binding(pat: &Pat) -> Option<&Ident> {
 /// Gives each `Tx` parameter the lifetime an `async fn` parameter needs (E0726 otherwise)
 /// and a `mut` binding, so `tx: idem::Tx` can be written as the docs show; `Phases`
 /// parameters get the `mut` binding its `run` needs. A `Tx` or `Phases` that names no
-/// database is given `unnamed(ty)` as its database.
-pub(crate) fn normalize_params(func: &mut ItemFn, unnamed: impl Fn(&Type) -> Type) {
+/// database is given `unnamed(ty)` as its database; one that names it has it replaced
+/// by `named(database)`.
+pub(crate) fn normalize_params(
+    func: &mut ItemFn,
+    unnamed: impl Fn(&Type) -> Type,
+    named: impl Fn(&Type) -> Type,
+) {
     for input in &mut func.sig.inputs {
         let FnArg::Typed(arg) = input else { continue };
         let role = Role::of(&arg.ty);
@@ -244,11 +249,13 @@ pub(crate) fn normalize_params(func: &mut ItemFn, unnamed: impl Fn(&Type) -> Typ
             if let Type::Path(path) = &mut *arg.ty {
                 set_backend(path, backend);
             }
+        } else if let Some(database) = backend_arg_mut(&mut arg.ty) {
+            *database = named(database);
         }
         if role == Role::Tx
             && let Type::Path(path) = &mut *arg.ty
         {
-            set_lifetime(path, Lifetime::new("'_", path.span()), false);
+            set_lifetime(path, Lifetime::new("'_", path.span()));
         }
         if let Pat::Ident(pat) = &mut *arg.pat
             && pat.by_ref.is_none()
@@ -288,6 +295,30 @@ pub(crate) fn names_backend(ty: &Type) -> bool {
         })
 }
 
+/// The database a `Tx` or `Phases` names: its type argument as written (`sqlx::Sqlite`
+/// in `Tx<'_, sqlx::Sqlite>`).
+pub(crate) fn backend_arg(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })
+}
+
+fn backend_arg_mut(ty: &mut Type) -> Option<&mut Type> {
+    let Type::Path(path) = ty else { return None };
+    let PathArguments::AngleBracketed(args) = &mut path.path.segments.last_mut()?.arguments else {
+        return None;
+    };
+    args.args.iter_mut().find_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })
+}
+
 /// Appends the database to the type's arguments, after its lifetime if it has one.
 fn set_backend(path: &mut TypePath, backend: Type) {
     let Some(last) = path.path.segments.last_mut() else {
@@ -302,17 +333,7 @@ fn set_backend(path: &mut TypePath, backend: Type) {
     }
 }
 
-/// A `Tx` type with `'static` for its lifetime: names the backend from inside a body,
-/// where the parameter's `'_` means nothing.
-pub(crate) fn tx_type_static(ty: &Type) -> Type {
-    let mut ty = ty.clone();
-    if let Type::Path(path) = &mut ty {
-        set_lifetime(path, Lifetime::new("'static", Span::call_site()), true);
-    }
-    ty
-}
-
-fn set_lifetime(path: &mut TypePath, lifetime: Lifetime, replace: bool) {
+fn set_lifetime(path: &mut TypePath, lifetime: Lifetime) {
     let Some(last) = path.path.segments.last_mut() else {
         return;
     };
@@ -321,14 +342,12 @@ fn set_lifetime(path: &mut TypePath, lifetime: Lifetime, replace: bool) {
             last.arguments = PathArguments::AngleBracketed(syn::parse_quote!(<#lifetime>));
         }
         PathArguments::AngleBracketed(args) => {
-            let existing = args.args.iter_mut().find_map(|arg| match arg {
-                GenericArgument::Lifetime(l) => Some(l),
-                _ => None,
-            });
-            match existing {
-                Some(l) if replace => *l = lifetime,
-                Some(_) => {}
-                None => args.args.insert(0, GenericArgument::Lifetime(lifetime)),
+            let has_lifetime = args
+                .args
+                .iter()
+                .any(|arg| matches!(arg, GenericArgument::Lifetime(_)));
+            if !has_lifetime {
+                args.args.insert(0, GenericArgument::Lifetime(lifetime));
             }
         }
         PathArguments::Parenthesized(_) => {}

@@ -137,7 +137,7 @@ pub(crate) fn param_tokens(
         });
         if index == model.scope.index {
             params.scope_value = Some(quote_spanned! {ty.span()=>
-                #at_ty::__private::scope_key::<#ty>(&#arg)
+                ::std::borrow::Cow::into_owned(<#ty as #at_ty::ScopeKey>::scope_key(&#arg))
             });
         }
         params.call_args.push(quote!(#arg));

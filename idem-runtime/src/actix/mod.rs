@@ -6,7 +6,7 @@
 //! - reads the payload up to `max_request_bytes` (413 past it) and decodes its
 //!   `Content-Encoding` for the fingerprint ([`prepare`]);
 //! - runs the handler's extractors on the buffered body and converts its `Responder`
-//!   ([`extract`], [`respond`]);
+//!   ([`extracted`], [`respond`]);
 //! - implements the core's `Framework` for `HttpResponse` ([`framework`]): buffering a
 //!   response, reading its status and allow-listed headers, putting it back together, and
 //!   building replays and problem responses.
@@ -22,4 +22,4 @@ mod prepare;
 mod scope;
 mod webhook;
 
-pub use prepare::{Prepared, extract, prepare, respond};
+pub use prepare::{Prepared, extracted, prepare, respond};

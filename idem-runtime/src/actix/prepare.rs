@@ -7,7 +7,7 @@ use actix_web::body::BodyLimitExceeded;
 use actix_web::dev::Payload;
 use actix_web::http::header::HeaderMap;
 use actix_web::web::{self, Bytes};
-use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder};
+use actix_web::{HttpRequest, HttpResponse, Responder};
 
 use super::framework::{Actix, problem_response};
 use crate::protocol::config::Idem;
@@ -83,19 +83,22 @@ pub async fn prepare<DB: Backend>(
     })
 }
 
-/// Runs one of the handler's extractors over the buffered body, in declaration order.
-/// A failure is answered with the extractor's own error response, before any claim.
+/// The result of one of the handler's extractors, run over the buffered body in
+/// declaration order: a failure is answered with the extractor's own error response,
+/// before any claim. The macro calls `<T as FromRequest>::from_request` itself, spanned
+/// at the parameter's type, so that a type that is no extractor is reported there alone,
+/// with no bound of this function in the message.
+// The error is the response to send, returned once per extractor straight to the
+// generated handler's `return`, as `prepare`'s is: boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
 #[doc(hidden)]
-pub async fn extract<T: FromRequest>(
-    req: &HttpRequest,
-    payload: &mut Payload,
-) -> Result<T, HttpResponse> {
-    T::from_request(req, payload)
-        .await
-        .map_err(|error| HttpResponse::from_error(error.into()))
+pub fn extracted<T, E: Into<actix_web::Error>>(result: Result<T, E>) -> Result<T, HttpResponse> {
+    result.map_err(|error| HttpResponse::from_error(error.into()))
 }
 
-/// Converts the handler's return value while the request is at hand.
+/// Converts the handler's return value while the request is at hand. A helper rather
+/// than `Responder::respond_to` written out, which would report a type that is no
+/// `Responder` twice: at the call and where its body type is boxed.
 #[doc(hidden)]
 pub fn respond<R: Responder>(value: R, req: &HttpRequest) -> HttpResponse {
     value.respond_to(req).map_into_boxed_body()

@@ -32,4 +32,4 @@ mod scope;
 mod webhook;
 
 pub use layer::{IdempotencyLayer, IdempotentService};
-pub use prepare::{Extraction, Prepared, extract_last, extract_parts, prepare, respond};
+pub use prepare::{Extraction, Prepared, extract_last, extract_parts, prepare};

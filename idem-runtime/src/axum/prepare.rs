@@ -198,9 +198,3 @@ impl<DB: Backend> Prepared<DB> {
         self.exchange().run_lent(scope, handler).await
     }
 }
-
-/// Converts the handler's return value.
-#[doc(hidden)]
-pub fn respond<R: IntoResponse>(value: R) -> Response {
-    value.into_response()
-}

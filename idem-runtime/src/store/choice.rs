@@ -52,47 +52,23 @@ pub type DefaultBackend = sqlx::Sqlite;
 pub type DefaultBackend = BothBackendsEnabled;
 
 // What `#[idempotent]` writes for a transaction or phases parameter that names no
-// database, and for a handler with neither (`handler`): `DefaultBackend` while one
-// database is enabled. With both, a compile error at the tokens the macro spans it at
-// (the user's type, or the attribute). The macro cannot decide this itself: only this
-// crate knows which of its features are on.
+// database, and for a handler with neither: the macro hands over both answers, the
+// default backend and the compile error that says to name one, and this crate, which
+// alone knows its features, keeps one. The error's tokens are the macro's, spanned at the
+// user's type (or the attribute), and pass through here untouched: so rustc reports it
+// there, with no note about this macro.
 #[cfg(not(all(feature = "postgres", feature = "sqlite")))]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idem_unnamed_backend {
-    ($($form:tt)*) => {
-        $crate::DefaultBackend
-    };
+    ({ $($one:tt)* } { $($both:tt)* }) => { $($one)* };
 }
 
-// The error sits in an array length, not in type position, where `compile_error!` would
-// stand for `()` and every use of the handler's backend would add "`()` is not a
-// database": an erroneous length makes the whole type erroneous, and rustc reports
-// nothing more about it.
 #[cfg(all(feature = "postgres", feature = "sqlite"))]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idem_unnamed_backend {
-    (Tx) => {
-        $crate::__idem_unnamed_backend!(@error
-            "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` names no database: \
-             write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one")
-    };
-    (Phases) => {
-        $crate::__idem_unnamed_backend!(@error
-            "both `postgres` and `sqlite` are enabled, so a bare `idem::Phases` names no \
-             database: write `idem::Phases<sqlx::Sqlite>` (or `sqlx::Postgres`), or enable \
-             only one")
-    };
-    (handler) => {
-        $crate::__idem_unnamed_backend!(@error
-            "both `postgres` and `sqlite` are enabled, and this handler takes no `idem::Tx` \
-             or `idem::Phases` to name its database: add `backend = sqlx::Sqlite` (or \
-             `sqlx::Postgres`), or enable only one")
-    };
-    (@error $message:literal) => {
-        <[(); { ::core::compile_error!($message); 0 }] as $crate::__private::Unnamed>::Backend
-    };
+    ({ $($one:tt)* } { $($both:tt)* }) => { $($both)* };
 }
 
 /// A database this build has, for what holds for every backend but must name one: the
