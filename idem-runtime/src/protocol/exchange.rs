@@ -285,7 +285,9 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         body: &'a [u8],
     ) -> Sealed<'a> {
         let status = W::head_status(head).as_u16();
-        let mut headers = Vec::new();
+        // Room for the usual block (a `Location` and a `Content-Type`) in one allocation,
+        // where growing from empty took four.
+        let mut headers = Vec::with_capacity(128);
         W::stored_headers(head, self.idem.settings().replay_headers(), &mut headers);
         seal(
             self.idem.keyring(),
