@@ -3,7 +3,7 @@
 
 use actix_web::body::{self, BodyLimitExceeded, BoxBody, MessageBody as _};
 use actix_web::http::StatusCode;
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, ResponseError};
 
@@ -114,9 +114,20 @@ fn from_http(status: http::StatusCode) -> StatusCode {
     StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
+/// `Idempotency-Key` in actix-web's `http` version.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
 impl Headers for HeaderMap {
     fn lookup(&self, name: &str) -> Option<(&[u8], bool)> {
-        let mut values = self.get_all(name);
+        // The names the core reads on every request, as `HeaderName`s: looked up by
+        // `&str`, the map parses the name on every call (see the `http` 1.x impl).
+        let mut values = match name {
+            "idempotency-key" => self.get_all(IDEMPOTENCY_KEY),
+            "content-type" => self.get_all(header::CONTENT_TYPE),
+            "content-encoding" => self.get_all(header::CONTENT_ENCODING),
+            "content-length" => self.get_all(header::CONTENT_LENGTH),
+            _ => self.get_all(name),
+        };
         let first = values.next()?;
         Some((first.as_bytes(), values.next().is_some()))
     }

@@ -10,7 +10,7 @@ use http::HeaderName;
 use sqlx::Transaction;
 
 use crate::protocol::exchange::{
-    Buffering, Done, Exchange, answer, in_progress, instrumented, storage_unavailable,
+    Buffering, Done, Exchange, answer, boxed, in_progress, instrumented, storage_unavailable,
 };
 use crate::protocol::framework::Framework;
 use crate::protocol::headers::Headers;
@@ -33,8 +33,9 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> W::Response,
     {
-        // Boxed, so the framework moves a pointer (see `instrumented`).
-        instrumented::<W>(self.policy, Box::pin(self.run_inner(scope, handler))).await
+        // Boxed, so the framework moves a pointer (see `instrumented`), and built in the
+        // box (see `boxed`).
+        instrumented::<W>(self.policy, boxed(|| self.run_inner(scope, handler))).await
     }
 
     async fn run_inner<F>(&self, scope: &str, handler: F) -> Done<W>
@@ -68,8 +69,9 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: AsyncFnOnce(Slot<DB>) -> W::Response,
     {
-        // Boxed, so the framework moves a pointer (see `instrumented`).
-        instrumented::<W>(self.policy, Box::pin(self.run_lent_inner(scope, handler))).await
+        // Boxed, so the framework moves a pointer (see `instrumented`), and built in the
+        // box (see `boxed`).
+        instrumented::<W>(self.policy, boxed(|| self.run_lent_inner(scope, handler))).await
     }
 
     #[cfg(feature = "axum")]
@@ -118,7 +120,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             return Err(answer);
         }
         let mut txn = self.begin(claim, false).await?;
-        match timed(self.policy, "claim", DB::claim(&mut txn, claim)).await {
+        match timed!(self.policy, "claim", DB::claim(&mut txn, claim)) {
             Ok(Claim::Claimed { generation }) => {
                 let held = DB::ONE_WRITER.then(|| self.idem.in_flight().hold(claim));
                 Ok((txn, generation, held))
@@ -185,9 +187,12 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         };
         let sealed = self.seal_response(claim, generation, &head, &body);
         let stored = sealed.stored();
-        let complete = DB::complete(&mut txn, claim, &stored);
-        let outcome = match timed(self.policy, "complete", complete).await {
-            Ok(Completion::Recorded) => match timed(self.policy, "commit", txn.commit()).await {
+        let outcome = match timed!(
+            self.policy,
+            "complete",
+            DB::complete(&mut txn, claim, &stored)
+        ) {
+            Ok(Completion::Recorded) => match timed!(self.policy, "commit", txn.commit()) {
                 Ok(()) => Outcome::Executed,
                 Err(error) => {
                     return (

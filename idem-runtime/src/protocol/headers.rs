@@ -22,7 +22,17 @@ pub trait Headers {
 
 impl Headers for http::HeaderMap {
     fn lookup(&self, name: &str) -> Option<(&[u8], bool)> {
-        let mut values = self.get_all(name).iter();
+        // The names the core reads on every request, as `HeaderName`s: looked up by
+        // `&str`, the map parses the name (lower-cases it, matches it against the
+        // standard names) on every call.
+        let mut values = match name {
+            "idempotency-key" => self.get_all(crate::protocol::key::IDEMPOTENCY_KEY),
+            "content-type" => self.get_all(http::header::CONTENT_TYPE),
+            "content-encoding" => self.get_all(http::header::CONTENT_ENCODING),
+            "content-length" => self.get_all(http::header::CONTENT_LENGTH),
+            _ => self.get_all(name),
+        }
+        .iter();
         let first = values.next()?;
         Some((first.as_bytes(), values.next().is_some()))
     }
@@ -37,7 +47,14 @@ impl<H: Headers + ?Sized> Headers for &H {
 /// A header value as text, under the rule `http`'s `HeaderValue::to_str` applies (tab
 /// and visible ASCII only), so a value reads the same from either `http` version.
 pub(crate) fn as_text(value: &[u8]) -> Option<&str> {
-    if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
+    // Every byte is tested, without stopping at the first bad one: the loop then has no
+    // branch per byte and is compiled to a few wide comparisons. Values are short and
+    // nearly always text, so stopping early would save nothing.
+    let text = value.iter().fold(true, |text, &b| {
+        text & ((b == b'\t') | (32..127).contains(&b))
+    });
+    if text {
+        // Tab and visible ASCII are valid UTF-8; the check is the ASCII fast path.
         std::str::from_utf8(value).ok()
     } else {
         None

@@ -48,8 +48,6 @@ assert_eq!(idem_runtime::metrics::REQUESTS_TOTAL, "idem_requests_total");
 "#
 )]
 
-use std::future::Future;
-
 use crate::protocol::outcome::Outcome;
 use crate::protocol::policy::Policy;
 
@@ -180,28 +178,47 @@ pub(crate) fn stranded(count: u64, oldest_age: Option<std::time::Duration>) {
     let _ = (count, oldest_age);
 }
 
-/// Runs one of idem's statements, recording how long it took (also when it failed).
-pub(crate) async fn timed<T>(
-    policy: &'static Policy,
-    statement: &'static str,
-    run: impl Future<Output = T>,
-) -> T {
+/// The clock of one of idem's statements: started before it runs, stopped once it has
+/// answered (also when it failed). A value beside the statement's future rather than a
+/// future around it, so the statement is awaited where it is built: a wrapping future
+/// would take sqlx's future by value, a memcpy of its size on every statement.
+pub(crate) struct Timer {
     #[cfg(feature = "metrics")]
-    {
-        let started = std::time::Instant::now();
-        let result = run.await;
+    started: std::time::Instant,
+}
+
+impl Timer {
+    pub(crate) fn start() -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Records the time since [`start`](Self::start) for `statement`.
+    pub(crate) fn stop(self, policy: &'static Policy, statement: &'static str) {
+        #[cfg(feature = "metrics")]
         ::metrics::histogram!(
             STATEMENT_SECONDS,
             "endpoint" => endpoint(policy),
             "handler" => policy.handler(),
             "statement" => statement,
         )
-        .record(started.elapsed());
-        result
-    }
-    #[cfg(not(feature = "metrics"))]
-    {
-        let _ = (policy, statement);
-        run.await
+        .record(self.started.elapsed());
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self, policy, statement);
     }
 }
+
+/// Awaits one of idem's statements, `timed!(policy, "name", future)`, recording how long
+/// it took (also when it failed). A macro so the future is awaited in the caller's own
+/// state (see [`Timer`]).
+macro_rules! timed {
+    ($policy:expr, $statement:literal, $run:expr) => {{
+        let timer = $crate::protocol::metrics::Timer::start();
+        let out = $run.await;
+        timer.stop($policy, $statement);
+        out
+    }};
+}
+pub(crate) use timed;

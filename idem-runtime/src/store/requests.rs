@@ -75,6 +75,21 @@ pub(crate) struct KeyColumns {
 }
 
 impl KeyColumns {
+    /// A row this request has just inserted: only its generation is of interest.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn claimed(generation: i64) -> Self {
+        Self {
+            request_hash: None,
+            method: None,
+            path: None,
+            state: None,
+            response_status: None,
+            response_headers: None,
+            response_body: None,
+            generation,
+        }
+    }
+
     /// The size of the stored response's header block and body, as read (PostgreSQL
     /// gives its connection's buffers back after a large one).
     #[cfg(feature = "postgres")]

@@ -129,7 +129,11 @@ impl Parser<'_> {
         // The members' canonical bytes, one after another, and where each name and value
         // ends in them; offsets are u32 to keep the index small (a member list larger
         // than 4 GiB is refused below).
-        let mut buffer = Vec::new();
+        // Sized for a small object up front: growing from empty reallocated it four or
+        // five times for a typical body. The rest of the text bounds what it can use
+        // (near enough: an escape may change a string's length), and a small cap keeps a
+        // deeply nested body from reserving much per level.
+        let mut buffer = Vec::with_capacity(self.text.len().saturating_sub(self.pos).min(256));
         let mut members: Vec<[u32; 3]> = Vec::new();
         self.skip_whitespace();
         if !self.eat(b'}') {

@@ -9,7 +9,8 @@ use futures_util::FutureExt;
 
 use super::{Attempt, PhaseError, PhaseErrorKind, Phases};
 use crate::protocol::exchange::{
-    Buffering, Done, Exchange, answer, in_progress, instrumented, mismatched, storage_unavailable,
+    Buffering, Done, Exchange, answer, boxed, in_progress, instrumented, mismatched,
+    storage_unavailable,
 };
 use crate::protocol::framework::Framework;
 use crate::protocol::headers::Headers;
@@ -26,10 +27,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: AsyncFnOnce(Phases<DB>) -> W::Response,
     {
-        // Boxed, so the framework moves a pointer (see `instrumented`).
+        // Boxed, so the framework moves a pointer (see `instrumented`), and built in the
+        // box (see `boxed`).
         instrumented::<W>(
             self.policy,
-            Box::pin(self.run_phased_inner(scope, lease, handler)),
+            boxed(|| self.run_phased_inner(scope, lease, handler)),
         )
         .await
     }
@@ -128,7 +130,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             let mut conn = self.idem.pool().acquire().await?;
             DB::complete_phased(&mut conn, &attempt.fenced(), &sealed.stored()).await
         };
-        match timed(self.policy, "complete", completed).await {
+        match timed!(self.policy, "complete", completed) {
             Ok(true) => (W::assemble(head, body), outcome),
             Ok(false) => {
                 tracing::warn!(
@@ -156,8 +158,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         lease: Duration,
     ) -> Result<AttemptRow, Done<W>> {
         let mut txn = self.begin(claim, true).await?;
-        let claimed = DB::claim_phased(&mut txn, claim, lease);
-        let row = match timed(self.policy, "claim", claimed).await {
+        let row = match timed!(
+            self.policy,
+            "claim",
+            DB::claim_phased(&mut txn, claim, lease)
+        ) {
             Ok(PhasedClaim::Claimed(row)) => row,
             Ok(PhasedClaim::Existing {
                 key,
@@ -172,8 +177,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                     let _ = txn.rollback().await;
                     return Err(self.answer_existing(key, claim));
                 }
-                let take_over = DB::take_over(&mut txn, claim, fencing_token, lease);
-                match timed(self.policy, "take_over", take_over).await {
+                match timed!(
+                    self.policy,
+                    "take_over",
+                    DB::take_over(&mut txn, claim, fencing_token, lease)
+                ) {
                     Ok(Some(row)) => {
                         crate::protocol::metrics::takeover(self.policy);
                         tracing::info!(
@@ -194,7 +202,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             Err(error) if DB::is_lock_timeout(&error) => return Err(answer::<W>(in_progress())),
             Err(error) => return Err(answer::<W>(storage_unavailable(&error))),
         };
-        if let Err(error) = timed(self.policy, "commit", txn.commit()).await {
+        if let Err(error) = timed!(self.policy, "commit", txn.commit()) {
             return Err(answer::<W>(storage_unavailable(&error)));
         }
         Ok(row)

@@ -9,9 +9,9 @@ mod staged;
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgArguments, PgConnection};
+use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgPool, Postgres, Row as _, Transaction};
 
 use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, StoredResponse};
 
@@ -164,14 +164,33 @@ UPDATE idem_keys
 RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
 
 /// What the claim and [`SELECT_EXISTING`] return.
-#[derive(sqlx::FromRow)]
 struct KeyRow {
     /// This statement inserted the row.
     claimed: bool,
     /// Completed and past its retention: a new request may reclaim it.
     expired: bool,
-    #[sqlx(flatten)]
     key: KeyColumns,
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for KeyRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        let claimed: bool = row.try_get("claimed")?;
+        if claimed {
+            // The first execution of a key: on the claim's inserting branch every column
+            // but the generation is NULL, so reading them (a lookup by name, a type check
+            // and a decode each) would only find what is known already.
+            return Ok(Self {
+                claimed,
+                expired: false,
+                key: KeyColumns::claimed(row.try_get("generation")?),
+            });
+        }
+        Ok(Self {
+            claimed,
+            expired: row.try_get("expired")?,
+            key: KeyColumns::from_row(row)?,
+        })
+    }
 }
 
 /// Opens every transaction idem runs a request in, whatever the connection's
