@@ -194,6 +194,10 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         ) {
             Ok(Completion::Recorded) => match timed!(self.policy, "commit", txn.commit()) {
                 Ok(()) => Outcome::Executed,
+                Err(error) if DB::is_no_transaction(&error) => {
+                    self.committed_by_handler();
+                    Outcome::Executed
+                }
                 Err(error) => {
                     return (
                         W::problem(commit_failed::<DB>(&error)),
@@ -202,12 +206,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                 }
             },
             Ok(Completion::OutsideTransaction) => {
-                // The handler's COMMIT already made its writes durable; the key is now
-                // recorded too, so retries replay. Atomicity was lost in between.
-                tracing::error!(
-                    handler = self.policy.handler(),
-                    "the handler committed idem's transaction itself; never end it by hand"
-                );
+                self.committed_by_handler();
                 Outcome::Executed
             }
             Ok(Completion::RowGone) => {
@@ -264,6 +263,16 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             txn.commit().await?;
         }
         Ok(())
+    }
+
+    /// Logs a handler that committed idem's transaction itself. Its writes were durable
+    /// at its COMMIT and the key is recorded too, so retries replay; atomicity was lost in
+    /// between.
+    fn committed_by_handler(&self) {
+        tracing::error!(
+            handler = self.policy.handler(),
+            "the handler committed idem's transaction itself; never end it by hand"
+        );
     }
 }
 

@@ -112,6 +112,15 @@ pub trait Backend:
     #[doc(hidden)]
     fn is_aborted_transaction(error: &sqlx::Error) -> bool;
 
+    /// Whether a failed COMMIT found no transaction to commit: the handler ended idem's
+    /// transaction itself, so every statement after its COMMIT (the completion's too) ran
+    /// on its own and is durable already. PostgreSQL only warns there and commits nothing.
+    #[doc(hidden)]
+    fn is_no_transaction(error: &sqlx::Error) -> bool {
+        let _ = error;
+        false
+    }
+
     /// Whether the database lets one writer in at a time (SQLite): then a request that
     /// cannot get the write lock may be waiting for any other request, not for its key.
     #[doc(hidden)]

@@ -269,12 +269,20 @@ impl Backend for Sqlite {
             .execute(conn)
             .await?;
         // SQLite cannot tell, in SQL, whether the handler committed idem's transaction
-        // itself; if it did, idem's own COMMIT fails and the client gets 503, while the
-        // row recorded here already makes retries replay.
+        // itself; if it did, this statement ran on its own and idem's COMMIT then finds no
+        // transaction (`is_no_transaction`).
         Ok(if completed.rows_affected() == 1 {
             Completion::Recorded
         } else {
             Completion::RowGone
+        })
+    }
+
+    fn is_no_transaction(error: &sqlx::Error) -> bool {
+        // SQLITE_ERROR with the message `COMMIT` answers outside a transaction; SQLite has
+        // no code of its own for it, and its message has been the same for two decades.
+        error.as_database_error().is_some_and(|e| {
+            e.code().as_deref() == Some("1") && e.message().contains("no transaction is active")
         })
     }
 
