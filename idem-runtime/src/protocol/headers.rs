@@ -1,5 +1,10 @@
 //! How the core reads request headers, whatever `http` version the framework uses.
 
+use http::HeaderName;
+
+/// Name of the request header that carries the key.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
 /// Read access to a request's headers, implemented for `http` 1.x's `HeaderMap` here and
 /// for each web framework's own map by its adapter (actix-web 4 is on `http` 0.2), so the
 /// core reads the few headers it needs without converting the whole map.
@@ -26,7 +31,7 @@ impl Headers for http::HeaderMap {
         // `&str`, the map parses the name (lower-cases it, matches it against the
         // standard names) on every call.
         let mut values = match name {
-            "idempotency-key" => self.get_all(crate::protocol::key::IDEMPOTENCY_KEY),
+            "idempotency-key" => self.get_all(IDEMPOTENCY_KEY),
             "content-type" => self.get_all(http::header::CONTENT_TYPE),
             "content-encoding" => self.get_all(http::header::CONTENT_ENCODING),
             "content-length" => self.get_all(http::header::CONTENT_LENGTH),

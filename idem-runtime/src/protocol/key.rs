@@ -2,12 +2,7 @@
 
 use std::fmt;
 
-use http::HeaderName;
-
-use super::headers::{Headers, as_text};
-
-/// Name of the request header that carries the key.
-pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+use super::headers::{Headers, IDEMPOTENCY_KEY, as_text};
 
 /// The longest key accepted, in characters.
 pub const MAX_KEY_LEN: usize = 255;
