@@ -3,10 +3,12 @@
 use std::time::Duration;
 
 use proc_macro2::{Span, TokenStream};
-use quote::{ToTokens, quote, quote_spanned};
+use quote::{ToTokens, quote};
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Type, Visibility};
 
+use crate::axum_rules::{axum_route_attribute, axum_rules};
+use crate::backend::{backend, checked_backend, is_type_param, unnamed_backend};
 use crate::errors::Errors;
 use crate::model::{Expansion, Fallback, Framework, Model, Param, Rejected, Scope, Shell, UNNAMED};
 use crate::parse::{Arg, Args};
@@ -355,114 +357,6 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
     None
 }
 
-/// The backend's type: the transaction's or the phases' type parameter, or `backend = ..`
-/// when the handler has neither. Spanned at the type that names it, so an unsupported
-/// database is reported there. Where nothing names one (`unnamed`), the alias
-/// [`UNNAMED`].
-fn backend(
-    krate: &syn::Path,
-    args: &Args,
-    func: &ItemFn,
-    params: &[Param],
-    unnamed: bool,
-) -> TokenStream {
-    if unnamed {
-        let alias = Ident::new(UNNAMED, Span::mixed_site());
-        return quote!(#alias);
-    }
-    let database = match params.iter().find(|p| p.role != Role::Extractor) {
-        Some(param) => syntax::backend_arg(&param.ty),
-        None => args.backend.given(),
-    };
-    match database {
-        // Not reached otherwise: a database written as a type other than the handler's
-        // type parameter, or none, has the alias.
-        Some(database) if is_type_param(&func.sig.generics, database) => quote!(#database),
-        _ => quote!(#krate::DefaultBackend),
-    }
-}
-
-/// Whether the database is one of the handler's type parameters (`DB` in
-/// `fn touch<DB: idem::Backend>(.., tx: idem::Tx<'_, DB>)`): it stays as written, as the
-/// projection would hide it from inference where the handler calls the user's function,
-/// and its own bound is what checks it.
-fn is_type_param(generics: &syn::Generics, database: &Type) -> bool {
-    let Type::Path(path) = database else {
-        return false;
-    };
-    path.qself.is_none()
-        && generics
-            .type_params()
-            .any(|param| path.path.is_ident(&param.ident))
-}
-
-/// The database as written, checked where it is written, for the alias [`UNNAMED`] the
-/// user's `Tx` and the generated code name: a type that is no database is one error at
-/// that type. The check sits in an array length, which the alias's one definition
-/// evaluates once, and makes the whole type an error type that adds no other error
-/// (neither at the parameter's `Tx` nor in the generated code). The path opens at the
-/// type's first token and closes at its last, so that the error underlines the whole
-/// type as written (`sqlx::Postgres`, not `sqlx`).
-fn checked_backend(krate: &syn::Path, database: &Type) -> TokenStream {
-    let (first, last) = syntax::first_and_last(database);
-    let at = syntax::krate_at(krate, first);
-    let assoc = Ident::new("CHECKED", last);
-    quote_spanned! {first=>
-        <[#database; <#database as #at::__private::IdemDatabase>::#assoc] as #at::__private::Named>::Backend
-    }
-}
-
-/// The database of a `Tx` or `Phases` that names none, or of a handler that takes
-/// neither (`form` says which): `DefaultBackend` while one database is enabled, else a
-/// compile error saying to name one. The runtime's macro chooses between the two, as only
-/// it knows its features. The error sits in an array length, not in type position, where
-/// `compile_error!` would stand for `()` and every use of the backend would add "`()` is
-/// not a database": an erroneous length makes the whole type erroneous, and rustc reports
-/// nothing more about it. Its `compile_error!` is spanned from `first` to `last`, so it
-/// underlines the user's whole type (or the attribute's arguments) and nothing of the
-/// generated code.
-fn unnamed_backend(krate: &syn::Path, form: &str, first: Span, last: Span) -> TokenStream {
-    let path = syntax::krate_at(krate, first);
-    let message = match form {
-        "Tx" => {
-            "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` names no database: \
-             write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one"
-        }
-        "Phases" => {
-            "both `postgres` and `sqlite` are enabled, so a bare `idem::Phases` names no \
-             database: write `idem::Phases<sqlx::Sqlite>` (or `sqlx::Postgres`), or enable \
-             only one"
-        }
-        _ => {
-            "both `postgres` and `sqlite` are enabled, and this handler takes no `idem::Tx` \
-             or `idem::Phases` to name its database: add `backend = sqlx::Sqlite` (or \
-             `sqlx::Postgres`), or enable only one"
-        }
-    };
-    let spanned_at = |span: Span, delimiter, inner: TokenStream| {
-        let mut group = proc_macro2::Group::new(delimiter, inner);
-        group.set_span(span);
-        proc_macro2::TokenTree::Group(group)
-    };
-    let mut error = quote_spanned!(first=> ::core::compile_error!);
-    error.extend([spanned_at(
-        last,
-        proc_macro2::Delimiter::Parenthesis,
-        quote_spanned!(last=> #message),
-    )]);
-    let both = quote_spanned! {first=>
-        <[(); { #error; 0 }] as #path::__private::Unnamed>::Backend
-    };
-    let one = quote_spanned!(first=> #path::DefaultBackend);
-    let mut call = quote_spanned!(first=> #path::__private::unnamed_backend!);
-    call.extend([spanned_at(
-        last,
-        proc_macro2::Delimiter::Parenthesis,
-        quote!({ #one } { #both }),
-    )]);
-    call
-}
-
 /// Points at `backend = ..` beside a `Tx` or `Phases`: the parameter's type names the
 /// database, and two places naming it could disagree.
 fn backend_beside_param(backend: &Type, param: &Named) -> syn::Error {
@@ -518,83 +412,4 @@ fn lease(
         (Arg::Absent, None) | (Arg::Unreadable, _) => return None,
     };
     result.map_err(|error| errors.push(error)).ok()
-}
-
-/// A route attribute on an axum handler, which axum registers on its `Router`.
-fn axum_route_attribute(attr: &Attribute, name: &Ident) -> syn::Error {
-    let method = attr
-        .path()
-        .segments
-        .last()
-        .map_or_else(String::new, |segment| segment.ident.to_string());
-    let registered = match method.as_str() {
-        "route" | "routes" => format!("`axum::routing::post({name})`"),
-        _ => format!("`axum::routing::{method}({name})`"),
-    };
-    syn::Error::new_spanned(
-        attr,
-        format!(
-            "`#[{method}]` is an actix-web route attribute, and this is an axum handler \
-             (`#[idem::axum::idempotent]`): remove it and register {registered} with \
-             `Router::route`"
-        ),
-    )
-}
-
-/// The extractors that read the request's body, by the last segment of their path: axum
-/// runs them only as a handler's last extractor (`FromRequest`), and the others through
-/// `FromRequestParts`. Others are reported by the compiler, at the router.
-/// (`SignedWebhook` is not one: it verifies the body idem buffered from the head.)
-const BODY_EXTRACTORS: [&str; 8] = [
-    "Json",
-    "Form",
-    "String",
-    "Bytes",
-    "Body",
-    "Request",
-    "RawForm",
-    "Multipart",
-];
-
-/// What axum requires of a handler that the generated one cannot offer: generics (the
-/// handler is a unit struct) and a body extractor before the last extractor.
-fn axum_rules(func: &ItemFn, params: &[Param], errors: &mut Errors) {
-    let generics = &func.sig.generics;
-    if !generics.params.is_empty() || generics.where_clause.is_some() {
-        errors.push(syn::Error::new_spanned(
-            generics,
-            format!(
-                "an axum handler made idempotent is a value registered on the router, so it \
-                 cannot be generic: remove the generics of `{}` and name concrete types",
-                func.sig.ident
-            ),
-        ));
-    }
-    let extractors: Vec<&Param> = params
-        .iter()
-        .filter(|param| param.role == Role::Extractor)
-        .collect();
-    let Some((last, before)) = extractors.split_last() else {
-        return;
-    };
-    for param in before {
-        let Type::Path(path) = &param.ty else {
-            continue;
-        };
-        let Some(segment) = path.path.segments.last() else {
-            continue;
-        };
-        if BODY_EXTRACTORS.iter().any(|name| segment.ident == name) {
-            let last_ty = &last.ty;
-            errors.push(syn::Error::new_spanned(
-                &param.ty,
-                format!(
-                    "`{}` reads the request body, which axum hands only to the last extractor: \
-                     move this parameter after `{}`",
-                    segment.ident,
-                    quote!(#last_ty).to_string().replace(' ', "")
-                ),
-            ));
-        }
-    }
 }

@@ -10,6 +10,8 @@
 use proc_macro::TokenStream;
 use quote::ToTokens;
 
+mod axum_rules;
+mod backend;
 mod check;
 mod errors;
 mod expand;
