@@ -1,26 +1,28 @@
 //! The `metrics` feature: each request counts once under its outcome with its endpoint,
 //! takeovers are counted, and idem's own statements are timed; read through a real
 //! recorder (metrics-util's `DebuggingRecorder`) from the example's application and a
-//! phased test handler against a real database.
+//! phased test handler against a real database, on actix-web and on axum.
 
 mod support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use actix_web::{HttpResponse, post, web};
 use idem::PhaseError;
 use idem::metrics::{REQUESTS_TOTAL, STATEMENT_SECONDS, TAKEOVERS_TOTAL};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::app::Account;
-use support::{ALICE, Env, order_json, post, post_order, post_unkeyed};
+use support::{ALICE, Env, Framework, order_json, post, post_order, post_unkeyed};
 
 /// A metric's name and sorted labels.
 type Series = (String, Vec<(String, String)>);
 
 /// What the process recorded so far. The recorder is global and a snapshot drains it, so
-/// every test adds its snapshot here and reads only the series of its own endpoints.
+/// every test adds its snapshot here and reads only the series of its own endpoints. A
+/// test's two framework runs count under the same endpoint, so the tests run one at a
+/// time ([`exclusive`]), each from an empty record.
 #[derive(Default)]
 struct Recorded {
     counters: HashMap<Series, u64>,
@@ -38,7 +40,11 @@ fn recorded() -> std::sync::MutexGuard<'static, Recorded> {
             .expect("no other recorder in this test process");
         snapshotter
     });
-    let mut recorded = RECORDED.get_or_init(Mutex::default).lock().unwrap();
+    // A test that failed while holding the record leaves it whole: the next test clears it.
+    let mut recorded = RECORDED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let (_, key) = key.into_parts();
         let mut labels: Vec<_> = key
@@ -58,6 +64,17 @@ fn recorded() -> std::sync::MutexGuard<'static, Recorded> {
         }
     }
     recorded
+}
+
+/// Held for a whole test: no other test of this file records meanwhile, and what earlier
+/// tests recorded is forgotten (after installing the recorder, before the first request).
+async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let serial = SERIAL.lock().await;
+    let mut recorded = recorded();
+    recorded.counters.clear();
+    recorded.histograms.clear();
+    serial
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -100,9 +117,8 @@ fn counts(pairs: &[(&str, u64)]) -> HashMap<String, u64> {
     pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
 }
 
-#[actix_web::test]
 async fn each_request_counts_once_under_its_outcome_and_statements_are_timed() {
-    drop(recorded()); // install the recorder before the first request
+    let _serial = exclusive().await;
     let env = Env::new().await;
     let app = support::service(&env.idem()).await;
     let body = order_json("tea", 1, 100);
@@ -126,8 +142,9 @@ async fn each_request_counts_once_under_its_outcome_and_statements_are_timed() {
     );
 
     let recorded = recorded();
-    // The support app's handler is generic, registered without a route attribute: its
-    // endpoint label is its name.
+    // The example's handler is registered without a route attribute (on actix-web it is
+    // generic; on axum stamped once per database, under the same name): its endpoint
+    // label is its name.
     assert_eq!(
         recorded.outcomes("create_order"),
         counts(&[
@@ -181,14 +198,55 @@ async fn metered(
     Ok(HttpResponse::Created().body("done"))
 }
 
-#[actix_web::test]
+/// `metered` on axum, under the same handler name.
+mod axum_twin {
+    use super::*;
+    use axum::Extension;
+    use axum::http::StatusCode;
+
+    #[idem::axum::idempotent(scope = account, lease = "1s")]
+    pub(super) async fn metered(
+        account: Account,
+        phases: idem::Phases<sqlx::Postgres>,
+        Extension(panic_once): Extension<Arc<AtomicBool>>,
+    ) -> Result<(StatusCode, &'static str), PhaseError> {
+        let _ = account;
+        phases
+            .run("step", async |_tx| Ok::<_, PhaseError>(()))
+            .await?;
+        if panic_once.swap(false, Ordering::SeqCst) {
+            panic!("the attempt dies after its phase");
+        }
+        Ok((StatusCode::CREATED, "done"))
+    }
+}
+
+/// `metered`'s endpoint label: on actix-web its route's path pattern, which
+/// `#[idempotent]` sees in the route attribute below it; on axum, where a route is not
+/// an attribute, the handler's name.
+fn metered_endpoint() -> &'static str {
+    match Framework::current() {
+        Framework::Actix => "/test/metered",
+        Framework::Axum => "metered",
+    }
+}
+
 async fn the_phased_form_counts_outcomes_and_takeovers() {
-    drop(recorded());
+    let _serial = exclusive().await;
     let env = Env::new().await;
     let panic_once = web::Data::new(AtomicBool::new(true));
-    let app = support::service_with(&env.idem(), move |cfg| {
-        cfg.app_data(panic_once).service(metered);
-    })
+    let shared = panic_once.clone().into_inner();
+    let app = support::service_with_twin(
+        &env.idem(),
+        move |cfg| {
+            cfg.app_data(panic_once).service(metered);
+        },
+        move || {
+            axum::Router::new()
+                .route("/test/metered", axum::routing::post(axum_twin::metered))
+                .layer(axum::Extension(shared))
+        },
+    )
     .await;
     let request = || post("/test/metered", ALICE, "phased-1", "{}");
     assert_eq!(
@@ -201,23 +259,23 @@ async fn the_phased_form_counts_outcomes_and_takeovers() {
     assert!(app.call(request()).await.replayed());
 
     let recorded = recorded();
+    let endpoint = metered_endpoint();
     assert_eq!(
-        recorded.outcomes("/test/metered"),
+        recorded.outcomes(endpoint),
         counts(&[("panicked", 1), ("executed", 1), ("replayed", 1)])
     );
     let takeovers = (
         TAKEOVERS_TOTAL.to_owned(),
-        labels(&[("endpoint", "/test/metered"), ("handler", "metered")]),
+        labels(&[("endpoint", endpoint), ("handler", "metered")]),
     );
     assert_eq!(recorded.counters.get(&takeovers), Some(&1));
-    assert_eq!(
-        recorded
-            .timings("/test/metered", "metered", "take_over")
-            .len(),
-        1
-    );
-    assert_eq!(
-        recorded.timings("/test/metered", "metered", "claim").len(),
-        3
-    );
+    assert_eq!(recorded.timings(endpoint, "metered", "take_over").len(), 1);
+    assert_eq!(recorded.timings(endpoint, "metered", "claim").len(), 3);
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    each_request_counts_once_under_its_outcome_and_statements_are_timed,
+    #[actix_web::test]
+    the_phased_form_counts_outcomes_and_takeovers,
+);

@@ -152,6 +152,22 @@ impl FromRequest for Tenant {
     }
 }
 
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
+    type Rejection = (axum::http::StatusCode, &'static str);
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts
+            .headers
+            .get("x-tenant")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| Tenant(v.to_owned()))
+            .ok_or((axum::http::StatusCode::UNAUTHORIZED, "no tenant"))
+    }
+}
+
 impl idem::ScopeKey for Tenant {
     fn scope_key(&self) -> Cow<'_, str> {
         Cow::Borrowed(&self.0)
@@ -172,12 +188,32 @@ async fn tenant_order(tenant: Tenant, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpR
     HttpResponse::Created().body(format!("{id}"))
 }
 
-#[actix_web::test]
+/// `tenant_order` on axum.
+#[idem::axum::idempotent(scope = tenant, retention = "24h")]
+async fn tenant_order_on_axum(
+    tenant: Tenant,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> (axum::http::StatusCode, String) {
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+         VALUES (0, $1, 1, 0) RETURNING id",
+    )
+    .bind(&tenant.0)
+    .fetch_one(&mut *tx)
+    .await
+    .expect("insert");
+    (axum::http::StatusCode::CREATED, format!("{id}"))
+}
+
 async fn scopes_with_metacharacters_are_plain_data() {
     let env = Env::new().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(tenant_order);
-    })
+    let app = support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.service(tenant_order);
+        },
+        || axum::Router::new().route("/test/tenant", axum::routing::post(tenant_order_on_axum)),
+    )
     .await;
     let tenants = [
         "acme",
@@ -233,4 +269,6 @@ support::both_frameworks!(
     an_in_flight_key_does_not_block_another_account,
     #[actix_web::test]
     keys_with_metacharacters_are_plain_data,
+    #[actix_web::test]
+    scopes_with_metacharacters_are_plain_data,
 );

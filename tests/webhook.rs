@@ -3,8 +3,13 @@
 //! Every event is recorded once however often, and however concurrently, it is delivered;
 //! a delivery that does not verify, or has no usable id, is refused before anything is
 //! stored; the same id with another body is a 422 and the first delivery's effect stands.
-//! And a handler keyed by a field of its JSON body, on both databases.
+//! And a handler keyed by a field of its JSON body. The receiver's tests run on actix-web
+//! and on axum (the axum binary's receiver, `examples/orders-axum/webhooks.rs`), each on
+//! both databases; the JSON-keyed handler's on both frameworks, on SQLite.
 
+/// The axum binary's receiver, the twin of [`webhooks`].
+#[path = "../examples/orders-axum/webhooks.rs"]
+mod axum_webhooks;
 #[path = "../examples/orders/openapi.rs"]
 mod example_openapi;
 mod support;
@@ -17,9 +22,23 @@ use actix_web::{HttpResponse, post, web};
 use futures_util::future::join_all;
 use serde_json::json;
 use support::TestRequest;
-// `webhooks.rs` names the example's app as `crate::app`, as in the binary.
-use support::app;
+// The axum binary's `webhooks.rs` finds the shared files at `crate::domain`, as in its
+// binary (the actix one reaches them through `crate::app::domain`).
+use support::domain;
 use support::{Env, Reply, TestApp, TestBackend};
+
+/// What both receivers name as `crate::app`: the actix example's app, as in its binary,
+/// plus the two items of the axum example's app its receiver uses. The names do not
+/// overlap, so one module stands in for both binaries' `app`.
+mod app {
+    pub(crate) use super::support::app::*;
+    pub(crate) use super::support::axum_app::{extract, methods};
+}
+
+/// A database both receivers run on.
+trait Receiving: TestBackend + webhooks::WebhookStore + axum_webhooks::WebhookRoutes {}
+
+impl<DB: TestBackend + webhooks::WebhookStore + axum_webhooks::WebhookRoutes> Receiving for DB {}
 
 const PARALLEL: usize = 20;
 
@@ -61,10 +80,13 @@ fn delivery(uri: &str, id: &str, body: &str) -> TestRequest {
         .set_payload(body.to_owned())
 }
 
-async fn receiver<DB: TestBackend + webhooks::WebhookStore>(env: &Env<DB>) -> TestApp {
-    support::service_with(&env.idem(), |cfg| {
-        webhooks::configure::<DB>(cfg, signer());
-    })
+/// The example's application with its webhook receiver, on the test's framework.
+async fn receiver<DB: Receiving>(env: &Env<DB>) -> TestApp {
+    support::service_with_twin(
+        &env.idem(),
+        |cfg| webhooks::configure::<DB>(cfg, signer()),
+        || axum_webhooks::router::<DB>(signer()),
+    )
     .await
 }
 
@@ -92,7 +114,7 @@ fn assert_recorded(reply: &Reply, id: &str) {
 
 async fn twenty_concurrent_deliveries_record_the_event_once<DB>()
 where
-    DB: TestBackend + webhooks::WebhookStore,
+    DB: Receiving,
 {
     let env = Env::<DB>::open().await;
     let app = receiver(&env).await;
@@ -147,7 +169,7 @@ where
 /// records the event, once.
 async fn a_delivery_that_crashed_before_its_commit_is_processed_once_on_redelivery<DB>()
 where
-    DB: TestBackend + webhooks::WebhookStore,
+    DB: Receiving,
 {
     let env = Env::<DB>::open().await;
     let app = receiver(&env).await;
@@ -173,7 +195,7 @@ where
 
 async fn unverified_or_unkeyed_deliveries_are_refused_and_nothing_is_stored<DB>()
 where
-    DB: TestBackend + webhooks::WebhookStore,
+    DB: Receiving,
 {
     let env = Env::<DB>::open().await;
     let app = receiver(&env).await;
@@ -265,7 +287,7 @@ where
 
 async fn the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stands<DB>()
 where
-    DB: TestBackend + webhooks::WebhookStore,
+    DB: Receiving,
 {
     let env = Env::<DB>::open().await;
     let app = receiver(&env).await;
@@ -322,6 +344,17 @@ impl idem::ScopeKey for Stripe {
     }
 }
 
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Stripe {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        _: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self)
+    }
+}
+
 /// Stripe-style: the event's id is the body's `id`.
 #[post("/webhooks/json")]
 #[idem::idempotent(scope = sender, key = json("id"), retention = "3d")]
@@ -334,12 +367,26 @@ async fn json_keyed(
     HttpResponse::Ok().json(json!({ "seen": body["id"] }))
 }
 
-#[actix_web::test]
+/// `json_keyed` on axum.
+#[idem::axum::idempotent(scope = sender, key = json("id"), retention = "3d")]
+async fn json_keyed_on_axum(
+    sender: Stripe,
+    tx: idem::Tx<'_, sqlx::Sqlite>,
+    axum::Json(body): axum::Json<serde_json::Value>,
+) -> axum::Json<serde_json::Value> {
+    let _ = (&sender, &tx);
+    axum::Json(json!({ "seen": body["id"] }))
+}
+
 async fn a_handler_keyed_by_a_json_field_replays_by_it() {
     let env = Env::<sqlx::Sqlite>::open().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.service(json_keyed);
-    })
+    let app = support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.service(json_keyed);
+        },
+        || axum::Router::new().route("/webhooks/json", axum::routing::post(json_keyed_on_axum)),
+    )
     .await;
     let send = |body: &str| {
         TestRequest::post()
@@ -410,9 +457,13 @@ fn the_receiver_is_documented_with_its_key_header() {
     );
 }
 
-support::actix_only_tests!(
+support::backend_tests!(
     twenty_concurrent_deliveries_record_the_event_once,
     a_delivery_that_crashed_before_its_commit_is_processed_once_on_redelivery,
     unverified_or_unkeyed_deliveries_are_refused_and_nothing_is_stored,
     the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stands,
+);
+support::both_frameworks!(
+    #[actix_web::test]
+    a_handler_keyed_by_a_json_field_replays_by_it
 );
