@@ -132,7 +132,7 @@ pub(crate) fn check(
             framework,
             backend: backend(&krate, &args, &func, &params.params, unnamed.is_some()),
             state: match &args.state {
-                Arg::Given((_, ty)) => Some(ty.clone()),
+                Arg::Given((_, ty)) => Some(ty.to_token_stream()),
                 Arg::Absent | Arg::Unreadable => None,
             },
             krate,

@@ -108,7 +108,7 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
     // parameter's type; without it the impl holds those bounds, so it applies to every
     // state the extractors accept, and a mistake shows where the handler is routed.
     let state_ty = match &model.state {
-        Some(ty) => ty.to_token_stream(),
+        Some(ty) => ty.clone(),
         None => local("__IdemState").to_token_stream(),
     };
     let mut bounds = Vec::new();
