@@ -420,6 +420,30 @@ pub use idem_runtime::{BothBackendsEnabled, NameTheDatabase};
 /// # }
 /// ```
 ///
+/// The generated handler accepts every router state its extractors accept, as axum's own
+/// handlers do, so a parameter that is no extractor is reported where the handler is
+/// routed, as axum's "`Handler` is not implemented". Name the router's state with
+/// `state = AppState` (like axum's `#[debug_handler(state = AppState)]`) and the handler
+/// is for that state alone: each parameter is checked against it, and a mistake is one
+/// error at the parameter's type, naming the type, the state and the trait to implement.
+/// Use it when the router's state is one type (a `State<AppState>` or a substate with
+/// `FromRef<AppState>` extracts as usual); leave it out for a handler routed on routers
+/// of different states:
+///
+/// ```
+/// # use axum::extract::State;
+/// # use axum::Extension;
+/// #[derive(Clone)]
+/// struct AppState {
+///     currency: &'static str,
+/// }
+///
+/// #[idem::axum::idempotent(scope = account, state = AppState, backend = sqlx::Postgres)]
+/// async fn quote(State(app): State<AppState>, account: Extension<i64>) -> String {
+///     format!("{} {}", account.0, app.currency)
+/// }
+/// ```
+///
 /// [`SignedWebhook`] is an axum extractor too, with the
 /// `WebhookVerifier` in the extensions. Where a layer suits better than an attribute,
 /// [`IdempotencyLayer`](crate::axum::IdempotencyLayer) runs the same protocol in front of a
@@ -435,6 +459,10 @@ pub mod axum {
     // a router whose state its extractors do not accept) names it by this path.
     #[doc(hidden)]
     pub use idem_runtime::__private::axum::Marker as Idempotent;
+    // The traits a handler written with `state = ..` checks its extractors against, here
+    // for the same reason: the message's notes then name them by these paths.
+    #[doc(hidden)]
+    pub use idem_runtime::__private::axum::{BodyExtractor, PartsExtractor};
 }
 
 // The trait a database named in `Tx<'_, DB>`, `Phases<DB>` or `backend = DB` is checked

@@ -81,6 +81,30 @@ macro_rules! handlers {
                 Ok((StatusCode::CREATED, Json(json!({ "id": id, "charge": charge }))))
             }
 
+            /// `state = Counter`: the handler is for the router's one state, and its
+            /// extractors (`State<Counter>` among them) run as without it.
+            #[idem::axum::idempotent(scope = account, state = Counter)]
+            pub(crate) async fn stated_order(
+                State(counter): State<Counter>,
+                account: Account,
+                tx: idem::Tx<'_, $db>,
+                Json(order): Json<NewOrder>,
+            ) -> (StatusCode, Json<Value>) {
+                let run = counter.0.fetch_add(1, Ordering::SeqCst) + 1;
+                sqlx::query(
+                    "INSERT INTO orders (account_id, item, quantity, amount_cents) \
+                     VALUES ($1, $2, $3, 0)",
+                )
+                .bind(account.0)
+                .bind(&order.item)
+                .bind(order.quantity)
+                .execute(&mut *tx)
+                .await
+                .expect("insert");
+                let body = json!({ "account": account.0, "item": order.item, "run": run });
+                (StatusCode::CREATED, Json(body))
+            }
+
             /// Writes an order, then fails: the write and the key roll back.
             #[idem::axum::idempotent(scope = account)]
             pub(crate) async fn failing(
@@ -118,6 +142,7 @@ impl AxumBackend for sqlx::Postgres {
         Router::new()
             .route("/shops/{shop}/orders", post(on_postgres::create_order))
             .route("/failing", post(on_postgres::failing))
+            .route("/stated", post(on_postgres::stated_order))
             .route("/phased", post(on_postgres::phased_order))
     }
 }
@@ -127,6 +152,7 @@ impl AxumBackend for sqlx::Sqlite {
         Router::new()
             .route("/shops/{shop}/orders", post(on_sqlite::create_order))
             .route("/failing", post(on_sqlite::failing))
+            .route("/stated", post(on_sqlite::stated_order))
             .route("/phased", post(on_sqlite::phased_order))
     }
 }
@@ -376,6 +402,29 @@ async fn the_phased_form_replays_its_final_answer<DB: AxumBackend>() {
     assert!(!leased, "the lease is released");
 }
 
+async fn a_handler_for_one_state_runs_once_and_replays<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let server = Server::start(env.idem()).await;
+    let first = server
+        .post("/stated", Some(ALICE), Some("k-stated"), ORDER)
+        .await;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert!(!first.replayed());
+    assert_eq!(
+        first.json(),
+        json!({ "account": ALICE, "item": "tea", "run": 1 }),
+        "the State, the custom extractor and Json ran"
+    );
+
+    let again = server
+        .post("/stated", Some(ALICE), Some("k-stated"), ORDER)
+        .await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(again.body, first.body);
+    assert_eq!(server.runs(), 1, "the replay did not run the handler");
+    assert_eq!(env.orders().await, 1);
+}
+
 axum_support::axum_backend_tests!(
     a_repeat_replays_status_allowed_headers_and_exact_body,
     a_different_body_or_path_is_422,
@@ -384,4 +433,5 @@ axum_support::axum_backend_tests!(
     a_body_over_the_limit_is_413,
     extractor_rejections_answer_before_any_claim,
     the_phased_form_replays_its_final_answer,
+    a_handler_for_one_state_runs_once_and_replays,
 );

@@ -40,6 +40,13 @@ pub(crate) fn check(
     let params = params(framework, &func, &mut errors);
     if framework == Framework::Axum {
         axum_rules(&func, &params.params, &mut errors);
+    } else if let Arg::Given((name, _)) = &args.state {
+        errors.push(syn::Error::new(
+            name.span(),
+            "`state` is an argument of axum handlers (`#[idem::axum::idempotent(state = ..)]`); \
+             actix-web has no router state: remove it, and take app data with an extractor \
+             such as `web::Data<T>`",
+        ));
     }
     let scope = scope(&args, &func, &mut errors);
     // `None` when the retention is unreadable, so the lease is not compared with it.
@@ -126,6 +133,10 @@ pub(crate) fn check(
         (Some(scope), None) => Expansion::Handler(Model {
             framework,
             backend: backend(&krate, &args, &func, &params.params, unnamed.is_some()),
+            state: match &args.state {
+                Arg::Given((_, ty)) => Some(ty.to_token_stream()),
+                Arg::Absent | Arg::Unreadable => None,
+            },
             krate,
             shell,
             params: params.params,

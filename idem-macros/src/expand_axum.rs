@@ -1,6 +1,7 @@
 //! The axum expansion: the handler's name becomes a unit struct implementing axum's
 //! `Handler` for every router state its extractors accept, the way axum's own function
-//! handlers are generic over the state. The user's function is nested in `call`.
+//! handlers are generic over the state, or, with `state = ..`, for that state alone. The
+//! user's function is nested in `call`.
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
@@ -12,17 +13,29 @@ use crate::syntax::{Role, krate_at, local};
 use crate::tokens::{Params, param_tokens, policy_tokens, run_tokens, unnamed_alias};
 
 /// The unit struct and the head of its `Handler` impl, up to the `where` clause's end;
-/// `bounds` are the extractors' (empty for a rejected handler).
+/// `bounds` are the extractors' (empty for a rejected handler), over the generic state.
 fn shell_tokens(
     krate: &syn::Path,
     shell: &Shell,
     bounds: &[TokenStream],
     marker: &Ident,
 ) -> TokenStream {
+    let name = &shell.inner.sig.ident;
+    let state = local("__IdemState");
+    let head = quote! {
+        impl<#state, #marker> #krate::__private::axum::Handler<(#krate::__private::axum::Marker, #marker), #state> for #name
+        where
+            #state: ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static,
+            #(#bounds,)*
+    };
+    struct_tokens(shell, head)
+}
+
+/// The unit struct and `head`, the head of its `Handler` impl, with the user's attributes.
+fn struct_tokens(shell: &Shell, head: TokenStream) -> TokenStream {
     let attrs = &shell.attrs;
     let vis = &shell.vis;
     let name = &shell.inner.sig.ident;
-    let state = local("__IdemState");
     // `cfg` and `deprecated` go on both items; docs only on the struct, which the
     // application names.
     let both: Vec<_> = attrs
@@ -36,10 +49,7 @@ fn shell_tokens(
         #vis struct #name;
 
         #(#both)*
-        impl<#state, #marker> #krate::__private::axum::Handler<(#krate::__private::axum::Marker, #marker), #state> for #name
-        where
-            #state: ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static,
-            #(#bounds,)*
+        #head
     }
 }
 
@@ -79,7 +89,6 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
     let name = &inner.sig.ident;
     let req = local("__idem_req");
     let state = local("__idem_state");
-    let state_ty = local("__IdemState");
     let marker = local("__IdemMarker");
     let prepared = local("__idem_prepared");
     let extraction = local("__idem_extraction");
@@ -94,6 +103,14 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
         .params
         .iter()
         .rposition(|param| param.role == Role::Extractor);
+    // With `state = ..` the impl is for that state alone, and each extraction's own
+    // bound (the runtime's `PartsExtractor`, `BodyExtractor`) is the check, at the
+    // parameter's type; without it the impl holds those bounds, so it applies to every
+    // state the extractors accept, and a mistake shows where the handler is routed.
+    let state_ty = match &model.state {
+        Some(ty) => ty.clone(),
+        None => local("__IdemState").to_token_stream(),
+    };
     let mut bounds = Vec::new();
     let Params {
         extractions,
@@ -104,8 +121,13 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
             bounds.push(quote_spanned! {ty.span()=>
                 #ty: #at_ty::__private::axum::FromRequest<#state_ty, #marker>
             });
+            // axum's own impls decide the marker (through the head or the whole request).
+            let via = match model.state {
+                Some(_) => quote!(_),
+                None => marker.to_token_stream(),
+            };
             quote_spanned! {ty.span()=>
-                #at_ty::__private::axum::extract_last::<#ty, #state_ty, #marker>(#extraction, &#state).await
+                #at_ty::__private::axum::extract_last::<#ty, #state_ty, #via>(#extraction, &#state).await
             }
         } else {
             bounds.push(quote_spanned! {ty.span()=>
@@ -116,7 +138,15 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
             }
         }
     });
-    let head = shell_tokens(krate, &model.shell, &bounds, &marker);
+    let head = match &model.state {
+        None => shell_tokens(krate, &model.shell, &bounds, &marker),
+        Some(ty) => struct_tokens(
+            &model.shell,
+            quote! {
+                impl #krate::__private::axum::Handler<#krate::__private::axum::Marker, #ty> for #name
+            },
+        ),
+    };
 
     let ret_span = model.return_span();
     let value = local("__idem_value");

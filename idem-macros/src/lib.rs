@@ -67,7 +67,10 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Makes an axum 0.8 handler idempotent: `#[idem::axum::idempotent(..)]` (feature `axum`
-/// of the `idem` crate), with the same arguments as `#[idempotent]`.
+/// of the `idem` crate), with the same arguments as `#[idempotent]`, and one of its own:
+/// `state = <type>` (default: every state the extractors accept), the router's state,
+/// so that each extractor is checked against it and a parameter that is none is an
+/// error at its type rather than at the router, e.g. `state = AppState`.
 ///
 /// The handler keeps axum's rules for extractors: each parameter but `Tx` or `Phases`
 /// is an extractor, the last one may read the body (`FromRequest`), the others read the

@@ -49,6 +49,11 @@ pub(crate) struct Model {
     /// The backend's type, named through the transaction or phases parameter.
     pub(crate) backend: TokenStream,
     pub(crate) retention: Duration,
+    /// axum's `state = ..`: the one router state the `Handler` impl is for, each
+    /// extractor checked against it at its parameter; `None`: every state the extractors
+    /// accept (and any mistake reported where the handler is routed). Tokens rather than
+    /// the `Type`, which is all the expansion needs of it.
+    pub(crate) state: Option<TokenStream>,
     /// The phased form's lease; `Some` exactly when a parameter is `Phases`.
     pub(crate) lease: Option<Duration>,
     /// A webhook handler's key source (`key = ..`); `None`: the `Idempotency-Key` header.

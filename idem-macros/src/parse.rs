@@ -10,7 +10,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token, Type};
 use crate::errors::Errors;
 
 /// The valid argument names, as listed in error messages.
-const KEYS: &str = "`scope`, `retention`, `lease`, `key`, `backend` or `crate`";
+const KEYS: &str = "`scope`, `retention`, `lease`, `key`, `backend`, `state` (axum) or `crate`";
 
 /// One argument as the list left it.
 pub(crate) enum Arg<T> {
@@ -48,6 +48,10 @@ pub(crate) struct Args {
     /// `backend = sqlx::Sqlite`: the database of a handler that takes no `Tx` or
     /// `Phases`, needed when both databases are enabled.
     pub(crate) backend: Arg<Type>,
+    /// `state = AppState`: the one router state an axum handler is for, so that each
+    /// extractor is checked against it at its parameter. The name is kept for the
+    /// error on an actix-web handler, which has no router state.
+    pub(crate) state: Arg<(Ident, Type)>,
     /// The whole argument list, for "missing argument" errors.
     pub(crate) span: Span,
     /// The list's last token: with `span`, what a message about the whole list
@@ -75,6 +79,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         krate: Arg::Absent,
         key: Arg::Absent,
         backend: Arg::Absent,
+        state: Arg::Absent,
         span,
         end,
     };
@@ -88,6 +93,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             args.krate = Arg::Unreadable;
             args.key = Arg::Unreadable;
             args.backend = Arg::Unreadable;
+            args.state = Arg::Unreadable;
             return args;
         }
     };
@@ -114,6 +120,11 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             "crate" => set(&mut args.krate, name, crate_path(&pair.value)),
             "key" => set(&mut args.key, name, key_source(&pair.value)),
             "backend" => set(&mut args.backend, name, backend(&pair.value)),
+            "state" => set(
+                &mut args.state,
+                name,
+                state(&pair.value).map(|ty| (name.clone(), ty)),
+            ),
             _ => Err(unknown(&pair.path)),
         };
         if let Err(error) = stored {
@@ -201,6 +212,17 @@ fn backend(value: &Expr) -> syn::Result<Type> {
         _ => Err(syn::Error::new_spanned(
             value,
             "`backend` takes the database's type, e.g. `backend = sqlx::Sqlite`",
+        )),
+    }
+}
+
+/// `state = AppState`: a type path, checked by the compiler against each extractor.
+fn state(value: &Expr) -> syn::Result<Type> {
+    match value {
+        Expr::Path(path) if path.attrs.is_empty() => syn::parse2(quote::quote!(#path)),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`state` takes the router's state type, e.g. `state = AppState`",
         )),
     }
 }

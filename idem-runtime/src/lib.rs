@@ -115,7 +115,10 @@ pub mod __private {
     /// points and the axum traits and types of the generated `Handler` impl.
     #[cfg(feature = "axum")]
     pub mod axum {
-        pub use crate::axum::{Extraction, Prepared, extract_last, extract_parts, prepare};
+        pub use crate::axum::{
+            BodyExtractor, Extraction, PartsExtractor, Prepared, extract_last, extract_parts,
+            prepare,
+        };
         pub use ::axum::extract::{FromRequest, FromRequestParts, Request};
         pub use ::axum::handler::Handler;
         pub use ::axum::response::{IntoResponse, Response};

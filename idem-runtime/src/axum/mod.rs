@@ -32,4 +32,6 @@ mod scope;
 mod webhook;
 
 pub use layer::{IdempotencyLayer, IdempotentService};
-pub use prepare::{Extraction, Prepared, extract_last, extract_parts, prepare};
+pub use prepare::{
+    BodyExtractor, Extraction, PartsExtractor, Prepared, extract_last, extract_parts, prepare,
+};

@@ -95,12 +95,43 @@ pub async fn prepare<DB: Backend>(
     })
 }
 
+/// `FromRequestParts<S>` under a name of its own, so that a parameter of a handler
+/// written with `state = ..` that is no extractor for that state gets this message, at
+/// its type, rather than axum's "`Handler` is not implemented" where it is routed. The
+/// compiler reports the trait the bound names when the unmet one is about the same type,
+/// so the message stays this one.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an extractor of the request's head for the router state `{S}`",
+    label = "not `axum::extract::FromRequestParts<{S}>`",
+    note = "every parameter of an axum handler but the last (and `Tx` or `Phases`) is run \
+            through `FromRequestParts`: implement `axum::extract::FromRequestParts<{S}>` for \
+            `{Self}`, or, if it reads the body, make it the last parameter"
+)]
+pub trait PartsExtractor<S>: FromRequestParts<S> {}
+
+impl<T: FromRequestParts<S>, S> PartsExtractor<S> for T {}
+
+/// `FromRequest<S, M>` under a name of its own, for the handler's last extractor: see
+/// [`PartsExtractor`].
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an extractor for the router state `{S}`",
+    label = "not `axum::extract::FromRequest<{S}>`",
+    note = "the last parameter of an axum handler is run through `FromRequest` (or \
+            `FromRequestParts`): implement `axum::extract::FromRequest<{S}>` for `{Self}`, \
+            or `axum::extract::FromRequestParts<{S}>` if it reads only the head"
+)]
+pub trait BodyExtractor<S, M>: FromRequest<S, M> {}
+
+impl<T: FromRequest<S, M>, S, M> BodyExtractor<S, M> for T {}
+
 /// Runs one of the handler's extractors but the last on the request's head, in
 /// declaration order. A rejection is answered as axum would answer it, before any claim.
 #[doc(hidden)]
 pub async fn extract_parts<T, S>(extraction: &mut Extraction, state: &S) -> Result<T, Response>
 where
-    T: FromRequestParts<S>,
+    T: PartsExtractor<S>,
     S: Send + Sync,
 {
     T::from_request_parts(&mut extraction.parts, state)
@@ -124,7 +155,7 @@ impl Extraction {
 #[doc(hidden)]
 pub async fn extract_last<T, S, M>(extraction: Extraction, state: &S) -> Result<T, Response>
 where
-    T: FromRequest<S, M>,
+    T: BodyExtractor<S, M>,
     S: Send + Sync,
 {
     T::from_request(extraction.into_request(), state)

@@ -1,0 +1,23 @@
+// A parameter that is no extractor, with `state = ..`: one error, at its type, naming
+// the type and the state, rather than axum's "`Handler` is not implemented" at the router.
+#[derive(Clone)]
+struct AppState;
+
+struct Account(i64);
+
+impl idem::ScopeKey for Account {
+    fn scope_key(&self) -> std::borrow::Cow<'_, str> {
+        self.0.to_string().into()
+    }
+}
+
+#[idem::axum::idempotent(scope = account, state = AppState, backend = sqlx::Postgres)]
+async fn create_order(account: Account, body: String) -> String {
+    format!("{} {body}", account.0)
+}
+
+fn main() {
+    let _: axum::Router = axum::Router::new()
+        .route("/orders", axum::routing::post(create_order))
+        .with_state(AppState);
+}
