@@ -272,26 +272,26 @@ impl Backend for Postgres {
         response: &StoredResponse<'_>,
     ) -> Result<Completion, sqlx::Error> {
         let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-        let in_transaction: Option<bool> = if response.body.len() > staged::STAGE_ABOVE {
-            let nonce = staged::stage(conn, req.scope, response.body).await?;
-            sqlx::query_scalar(COMPLETE_STAGED)
-                .bind(req.scope)
-                .bind(req.key)
-                .bind(status)
-                .bind(response.headers)
-                .bind(nonce)
-                .fetch_optional(&mut *conn)
-                .await?
+        let staged = if response.body.len() > staged::STAGE_ABOVE {
+            Some(staged::stage(conn, req.scope, response.body).await?)
         } else {
-            sqlx::query_scalar(COMPLETE)
-                .bind(req.scope)
-                .bind(req.key)
-                .bind(status)
-                .bind(response.headers)
-                .bind(response.body)
-                .fetch_optional(&mut *conn)
-                .await?
+            None
         };
+        // $1..$4 alike; $5 is the body, or the nonce it was staged under.
+        let completion = sqlx::query_scalar(if staged.is_some() {
+            COMPLETE_STAGED
+        } else {
+            COMPLETE
+        })
+        .bind(req.scope)
+        .bind(req.key)
+        .bind(status)
+        .bind(response.headers);
+        let completion = match staged {
+            Some(nonce) => completion.bind(nonce),
+            None => completion.bind(response.body),
+        };
+        let in_transaction: Option<bool> = completion.fetch_optional(&mut *conn).await?;
         shrink_after(conn, response.headers.len() + response.body.len());
         Ok(match in_transaction {
             None => Completion::RowGone,

@@ -10,7 +10,7 @@ use super::own_transaction;
 use crate::store::PhaseStore;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::{Postgres, Transaction};
 
 use crate::store::KeyColumns;
@@ -321,13 +321,7 @@ impl PhaseStore for Postgres {
             return complete_staged(conn, attempt, response).await;
         }
         own_transaction!(conn, {
-            let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-            let completed: Option<bool> = sqlx::query_scalar(COMPLETE)
-                .bind(attempt.scope)
-                .bind(attempt.key)
-                .bind(attempt.fencing_token)
-                .bind(status)
-                .bind(response.headers)
+            let completed: Option<bool> = completion(COMPLETE, attempt, response)
                 .bind(response.body)
                 .fetch_optional(&mut *conn)
                 .await?;
@@ -345,21 +339,31 @@ async fn complete_staged(
     attempt: &AttemptRef<'_>,
     response: &crate::store::StoredResponse<'_>,
 ) -> sqlx::Result<bool> {
-    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     let nonce = super::staged::stage(&mut tx, attempt.scope, response.body).await?;
-    let completed: Option<bool> = sqlx::query_scalar(COMPLETE_STAGED)
-        .bind(attempt.scope)
-        .bind(attempt.key)
-        .bind(attempt.fencing_token)
-        .bind(status)
-        .bind(response.headers)
+    let completed: Option<bool> = completion(COMPLETE_STAGED, attempt, response)
         .bind(nonce)
         .fetch_optional(&mut *tx)
         .await?;
     tx.commit().await?;
     super::shrink_after(conn, response.headers.len() + response.body.len());
     Ok(completed.is_some())
+}
+
+/// [`COMPLETE`] or [`COMPLETE_STAGED`] with $1..$5 bound; $6 is the body or the nonce it
+/// was staged under.
+fn completion<'q>(
+    sql: &'static str,
+    attempt: &'q AttemptRef<'_>,
+    response: &'q crate::store::StoredResponse<'_>,
+) -> sqlx::query::QueryScalar<'q, Postgres, bool, PgArguments> {
+    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+    sqlx::query_scalar(sql)
+        .bind(attempt.scope)
+        .bind(attempt.key)
+        .bind(attempt.fencing_token)
+        .bind(status)
+        .bind(response.headers)
 }
 
 /// The claim's answer; an existing key's stored answer may have grown the connection's
