@@ -11,15 +11,14 @@
 //! counted by a global allocator of this test binary. It is the binary's only test, so no
 //! other test allocates while it counts.
 
+mod large_support;
 mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use actix_web::{HttpResponse, web};
 use sqlx::PgPool;
-use support::app::Account;
 use support::{ALICE, Env, post};
 
 /// The system allocator, counting the bytes currently allocated through it.
@@ -69,25 +68,6 @@ const LARGE: usize = 1 << 20;
 /// connection or a statement cache entry costs.
 const SLACK: isize = 256 * 1024;
 
-#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
-async fn single(account: Account, size: web::Path<usize>) -> HttpResponse {
-    let _ = account;
-    HttpResponse::Ok().body(vec![b'x'; size.into_inner()])
-}
-
-#[idem::idempotent(scope = account, lease = "30s")]
-async fn phased(
-    account: Account,
-    size: web::Path<usize>,
-    phases: idem::Phases<sqlx::Postgres>,
-) -> Result<HttpResponse, idem::PhaseError> {
-    let _ = account;
-    phases
-        .run("answered", async |_tx| Ok::<_, idem::PhaseError>(()))
-        .await?;
-    Ok(HttpResponse::Ok().body(vec![b'x'; size.into_inner()]))
-}
-
 /// Waits until every connection of `pool` is back in it: sqlx returns a connection in a
 /// task of its own, which sends what the request left queued (a dropped transaction's
 /// ROLLBACK) and reads the answer, and only that read lets go of the buffer a replayed
@@ -119,7 +99,8 @@ struct Cost {
 /// `path` answers a new key, then replays it; each answer is checked and dropped before
 /// the count is read.
 async fn cost(app: &support::TestApp, pool: &PgPool, path: &str, key: &str, size: usize) -> Cost {
-    let is_answer = |body: &[u8]| body.len() == size && body.iter().all(|&b| b == b'x');
+    let expected = large_support::answer(size);
+    let is_answer = |body: &[u8]| body == expected.as_slice();
     let before = LIVE.load(Ordering::SeqCst);
     PEAK.store(before, Ordering::SeqCst);
     let first = app.call(post(path, ALICE, key, "{}")).await;
@@ -154,11 +135,7 @@ async fn cost(app: &support::TestApp, pool: &PgPool, path: &str, key: &str, size
 #[actix_web::test]
 async fn connections_give_back_what_a_large_answer_grew_them_to() {
     let env = Env::<sqlx::Postgres>::open().await;
-    let app = support::service_with(&env.idem(), |cfg| {
-        cfg.route("/test/single/{size}", web::post().to(single))
-            .route("/test/phased/{size}", web::post().to(phased));
-    })
-    .await;
+    let app = support::service_with(&env.idem(), large_support::routes).await;
 
     for form in ["single", "phased"] {
         // Small answers first, so that the statements are prepared and the connection

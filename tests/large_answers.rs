@@ -4,36 +4,14 @@
 //! and nothing is left in the staging table afterwards, nor after a completion that is
 //! rolled back. Bodies on either side of the threshold take the two paths.
 
+mod large_support;
 mod support;
 
 use actix_web::{HttpResponse, web};
 use idem::encryption::Keyring;
+use large_support::answer;
 use support::app::Account;
 use support::{ALICE, Env, post};
-
-/// Every byte value, so that the binary `COPY` format is tried on all of them.
-fn answer(size: usize) -> Vec<u8> {
-    (0..size).map(|i| (i % 251) as u8).collect()
-}
-
-#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
-async fn single(account: Account, size: web::Path<usize>) -> HttpResponse {
-    let _ = account;
-    HttpResponse::Ok().body(answer(size.into_inner()))
-}
-
-#[idem::idempotent(scope = account, lease = "30s")]
-async fn phased(
-    account: Account,
-    size: web::Path<usize>,
-    phases: idem::Phases<sqlx::Postgres>,
-) -> Result<HttpResponse, idem::PhaseError> {
-    let _ = account;
-    phases
-        .run("answered", async |_tx| Ok::<_, idem::PhaseError>(()))
-        .await?;
-    Ok(HttpResponse::Ok().body(answer(size.into_inner())))
-}
 
 /// Writes a child of a parent that does not exist: the deferred foreign key lets the
 /// statement through and fails the COMMIT, so idem's completion (its staged body
@@ -54,9 +32,8 @@ async fn unfinishable(
 
 async fn app(idem: &idem::Idem<sqlx::Postgres>) -> support::TestApp {
     support::service_with(idem, |cfg| {
-        cfg.route("/test/single/{size}", web::post().to(single))
-            .route("/test/phased/{size}", web::post().to(phased))
-            .route("/test/unfinishable/{size}", web::post().to(unfinishable));
+        large_support::routes(cfg);
+        cfg.route("/test/unfinishable/{size}", web::post().to(unfinishable));
     })
     .await
 }
