@@ -33,6 +33,9 @@ pub(crate) struct Stats {
     pub(crate) first_error: Option<String>,
     /// Requests per second of each round, to show the spread.
     pub(crate) round_rates: Vec<f64>,
+    /// CPU microseconds per request of each round, all parties together (`None`: that
+    /// round answered nothing, or its CPU was not read).
+    pub(crate) round_cpu: Vec<Option<f64>>,
     /// CPU time the run cost, summed over rounds.
     pub(crate) cpu: CpuTime,
 }
@@ -50,6 +53,7 @@ impl Default for Stats {
             errors: 0,
             first_error: None,
             round_rates: Vec::new(),
+            round_cpu: Vec::new(),
             cpu: CpuTime::default(),
         }
     }
@@ -92,6 +96,8 @@ impl Stats {
         self.elapsed += round.elapsed;
         self.cpu += round.cpu;
         self.round_rates.push(round.rate());
+        self.round_cpu
+            .push(round.cpu_per_request().map(|parts| parts.iter().sum()));
     }
 
     /// Answers per second (expected ones; errors do not count as throughput).

@@ -154,14 +154,19 @@ pub(super) fn markdown(results: &Results, pg: &PostgresResults) -> String {
     );
 
     let _ = writeln!(md, "### Ratios against the targets\n");
-    let _ = writeln!(md, "| ratio | this run | target | |");
-    let _ = writeln!(md, "|---|---:|---|---|");
+    let _ = writeln!(
+        md,
+        "| ratio | this run | median of the rounds' ratios | target | |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---|---|");
+    let shown = |value: Option<f64>| value.map_or("—".to_owned(), |v| format!("{v:.3}"));
     for check in checks(pg) {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             check.what,
-            check.value.map_or("—".to_owned(), |v| format!("{v:.3}")),
+            shown(check.value),
+            shown(check.paired),
             check.target,
             check.verdict()
         );
