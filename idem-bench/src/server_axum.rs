@@ -156,8 +156,14 @@ impl AxumRoutes for Sqlite {
     }
 }
 
-/// Starts the axum server on a free port of 127.0.0.1 with `threads` threads, and returns
-/// its address. The threads run until the process exits.
+/// Starts the axum server on a free port of 127.0.0.1 on a multi-threaded tokio runtime of
+/// `threads` workers (what `#[tokio::main]` gives an axum service), and returns its
+/// address. The runtime runs until the process exits.
+///
+/// One runtime rather than one single-threaded runtime per thread on a shared listener:
+/// with the latter, which thread accepts a connection is a race, and a run that put most
+/// of the 16 connections on one thread measured one core's worth (axum's rows varied by
+/// up to 2x between runs of the same binary).
 pub(crate) fn start<DB: AxumRoutes>(
     pool: Pool<DB>,
     idem: idem::Idem<DB>,
@@ -168,22 +174,19 @@ pub(crate) fn start<DB: AxumRoutes>(
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let app = DB::routes().layer(Extension(idem)).with_state(pool);
-    for _ in 0..threads {
-        let listener = listener.try_clone().map_err(|e| e.to_string())?;
-        let app = app.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime for axum");
-            runtime.block_on(async move {
-                let listener =
-                    tokio::net::TcpListener::from_std(listener).expect("the listening socket");
-                if let Err(error) = axum::serve(listener, app).await {
-                    eprintln!("idem-bench serve: axum failed: {error}");
-                }
-            });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot build a tokio runtime for axum: {e}"))?;
+    std::thread::spawn(move || {
+        runtime.block_on(async move {
+            let listener =
+                tokio::net::TcpListener::from_std(listener).expect("the listening socket");
+            if let Err(error) = axum::serve(listener, app).await {
+                eprintln!("idem-bench serve: axum failed: {error}");
+            }
         });
-    }
+    });
     Ok(addr)
 }
