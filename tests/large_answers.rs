@@ -2,41 +2,15 @@
 //! rather than as a bound parameter (`store/postgres/staged.rs`): stored and replayed
 //! byte for byte whatever bytes they hold, on both forms, sealed when encryption is on,
 //! and nothing is left in the staging table afterwards, nor after a completion that is
-//! rolled back. Bodies on either side of the threshold take the two paths.
+//! rolled back. Bodies on either side of the threshold take the two paths. On both
+//! frameworks, PostgreSQL only: the threshold and the staging table are its store's.
 
 mod large_support;
 mod support;
 
-use actix_web::{HttpResponse, web};
 use idem::encryption::Keyring;
-use large_support::answer;
-use support::app::Account;
+use large_support::{answer, app};
 use support::{ALICE, Env, post};
-
-/// Writes a child of a parent that does not exist: the deferred foreign key lets the
-/// statement through and fails the COMMIT, so idem's completion (its staged body
-/// included) is rolled back with the handler's writes.
-#[idem::idempotent(scope = account)]
-async fn unfinishable(
-    account: Account,
-    size: web::Path<usize>,
-    tx: idem::Tx<'_, sqlx::Postgres>,
-) -> HttpResponse {
-    let _ = account;
-    sqlx::raw_sql("INSERT INTO children (parent_id) VALUES (7)")
-        .execute(&mut *tx)
-        .await
-        .expect("a deferred constraint is not checked before COMMIT");
-    HttpResponse::Ok().body(answer(size.into_inner()))
-}
-
-async fn app(idem: &idem::Idem<sqlx::Postgres>) -> support::TestApp {
-    support::service_with(idem, |cfg| {
-        large_support::routes(cfg);
-        cfg.route("/test/unfinishable/{size}", web::post().to(unfinishable));
-    })
-    .await
-}
 
 async fn staged_rows(env: &Env) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM idem_staged_bodies")
@@ -55,10 +29,9 @@ async fn stored_body(env: &Env, key: &str) -> Vec<u8> {
 
 const SIZES: [usize; 4] = [64 * 1024, 64 * 1024 + 1, 300_001, 1 << 20];
 
-#[actix_web::test]
 async fn large_answers_are_stored_and_replayed_byte_for_byte() {
     let env = Env::new().await;
-    let app = app(&env.idem()).await;
+    let app = app(&env.idem(), false).await;
     for form in ["single", "phased"] {
         for size in SIZES {
             let path = format!("/test/{form}/{size}");
@@ -75,11 +48,10 @@ async fn large_answers_are_stored_and_replayed_byte_for_byte() {
     }
 }
 
-#[actix_web::test]
 async fn large_sealed_answers_are_ciphertext_and_replay() {
     let env = Env::new().await;
     let keyring = Keyring::new("2026-12", [0x33; 32]);
-    let app = app(&env.idem().encrypt_with(keyring)).await;
+    let app = app(&env.idem().encrypt_with(keyring), false).await;
     for form in ["single", "phased"] {
         // Above the threshold; sealing a megabyte takes long in a debug build.
         let size = 200_000;
@@ -103,7 +75,6 @@ async fn large_sealed_answers_are_ciphertext_and_replay() {
     assert_eq!(staged_rows(&env).await, 0);
 }
 
-#[actix_web::test]
 async fn a_rolled_back_completion_leaves_nothing_staged() {
     let env = Env::new().await;
     sqlx::raw_sql(
@@ -114,10 +85,19 @@ async fn a_rolled_back_completion_leaves_nothing_staged() {
     .execute(&env.pool)
     .await
     .expect("create the tables");
-    let app = app(&env.idem()).await;
+    let app = app(&env.idem(), true).await;
     let path = format!("/test/unfinishable/{}", 1 << 20);
     let failed = app.call(post(&path, ALICE, "doomed", "{}")).await;
     failed.assert_idem_problem(503, "storage-unavailable");
     assert_eq!(env.keys().await, 0, "the key was not recorded");
     assert_eq!(staged_rows(&env).await, 0, "nor was the staged body");
 }
+
+support::both_frameworks!(
+    #[actix_web::test]
+    large_answers_are_stored_and_replayed_byte_for_byte,
+    #[actix_web::test]
+    large_sealed_answers_are_ciphertext_and_replay,
+    #[actix_web::test]
+    a_rolled_back_completion_leaves_nothing_staged,
+);

@@ -69,20 +69,14 @@ pub(crate) fn checked_backend(krate: &syn::Path, database: &Type) -> TokenStream
 
 /// The database of a `Tx` or `Phases` that names none, or of a handler that takes
 /// neither (`form` says which): `DefaultBackend` while one database is enabled, else a
-/// compile error saying to name one. The runtime's macro chooses between the two, as only
-/// it knows its features. The error sits in an array length, not in type position, where
-/// `compile_error!` would stand for `()` and every use of the backend would add "`()` is
-/// not a database": an erroneous length makes the whole type erroneous, and rustc reports
-/// nothing more about it. Its `compile_error!` is spanned from `first` to `last`, so it
-/// underlines the user's whole type (or the attribute's arguments) and nothing of the
-/// generated code.
+/// compile error saying to name one, spanned from `first` to `last` so that it underlines
+/// the user's whole type (or the attribute's arguments) and nothing of the generated code.
 pub(crate) fn unnamed_backend(
     krate: &syn::Path,
     form: &str,
     first: Span,
     last: Span,
 ) -> TokenStream {
-    let path = syntax::krate_at(krate, first);
     let message = match form {
         "Tx" => {
             "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` names no database: \
@@ -99,21 +93,59 @@ pub(crate) fn unnamed_backend(
              `sqlx::Postgres`), or enable only one"
         }
     };
-    let spanned_at = |span: Span, delimiter, inner: TokenStream| {
-        let mut group = proc_macro2::Group::new(delimiter, inner);
-        group.set_span(span);
-        proc_macro2::TokenTree::Group(group)
-    };
-    let mut error = quote_spanned!(first=> ::core::compile_error!);
-    error.extend([spanned_at(
-        last,
-        proc_macro2::Delimiter::Parenthesis,
-        quote_spanned!(last=> #message),
-    )]);
-    let both = quote_spanned! {first=>
-        <[(); { #error; 0 }] as #path::__private::Unnamed>::Backend
-    };
+    let path = syntax::krate_at(krate, first);
     let one = quote_spanned!(first=> #path::DefaultBackend);
+    chosen_by_features(
+        krate,
+        one,
+        erroneous(krate, message, first, last),
+        first,
+        last,
+    )
+}
+
+/// The database of a `&mut idem::Tx<'_>` (or `&mut idem::Phases`) that names none, taken
+/// by reference where idem passes it by value: one error at the parameter's type, which
+/// says to take it by value and, with both databases enabled, to name the database too
+/// (`backend = ..` is refused beside a `Tx` or `Phases`, so the type is where it goes).
+/// Every use of the type is an error type, so the user's function adds no other error.
+pub(crate) fn borrowed_backend(
+    krate: &syn::Path,
+    role: Role,
+    name: &str,
+    first: Span,
+    last: Span,
+) -> TokenStream {
+    let ty = role.type_name();
+    let named = match role {
+        Role::Phases => "idem::Phases<sqlx::Sqlite>",
+        _ => "idem::Tx<'_, sqlx::Sqlite>",
+    };
+    let one = format!("take `idem::{ty}` by value: write `{name}: idem::{ty}`");
+    let both = format!(
+        "take `idem::{ty}` by value and name its database, as both `postgres` and `sqlite` \
+         are enabled: write `{name}: {named}` (or `sqlx::Postgres`)"
+    );
+    chosen_by_features(
+        krate,
+        erroneous(krate, &one, first, last),
+        erroneous(krate, &both, first, last),
+        first,
+        last,
+    )
+}
+
+/// `one` while one database is enabled, `both` with both: the runtime's macro chooses, as
+/// only it knows its features. Its parentheses are spanned at `last`, so that it adds
+/// nothing of its own to what an error underlines.
+fn chosen_by_features(
+    krate: &syn::Path,
+    one: TokenStream,
+    both: TokenStream,
+    first: Span,
+    last: Span,
+) -> TokenStream {
+    let path = syntax::krate_at(krate, first);
     let mut call = quote_spanned!(first=> #path::__private::unnamed_backend!);
     call.extend([spanned_at(
         last,
@@ -121,4 +153,31 @@ pub(crate) fn unnamed_backend(
         quote!({ #one } { #both }),
     )]);
     call
+}
+
+/// A type that is an error, `message`, underlining `first` to `last`: the error sits in
+/// an array length, not in type position, where `compile_error!` would stand for `()` and
+/// every use of the type would add "`()` is not a database"; an erroneous length makes
+/// the whole type erroneous, and rustc reports nothing more about it.
+fn erroneous(krate: &syn::Path, message: &str, first: Span, last: Span) -> TokenStream {
+    let path = syntax::krate_at(krate, first);
+    let mut error = quote_spanned!(first=> ::core::compile_error!);
+    error.extend([spanned_at(
+        last,
+        proc_macro2::Delimiter::Parenthesis,
+        quote_spanned!(last=> #message),
+    )]);
+    quote_spanned! {first=>
+        <[(); { #error; 0 }] as #path::__private::Unnamed>::Backend
+    }
+}
+
+fn spanned_at(
+    span: Span,
+    delimiter: proc_macro2::Delimiter,
+    inner: TokenStream,
+) -> proc_macro2::TokenTree {
+    let mut group = proc_macro2::Group::new(delimiter, inner);
+    group.set_span(span);
+    proc_macro2::TokenTree::Group(group)
 }

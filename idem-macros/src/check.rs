@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Type, Visibility};
 
 use crate::axum_rules::{axum_route_attribute, axum_rules};
-use crate::backend::{backend, checked_backend, is_type_param, unnamed_backend};
+use crate::backend::{backend, borrowed_backend, checked_backend, is_type_param, unnamed_backend};
 use crate::errors::Errors;
 use crate::model::{Expansion, Fallback, Framework, Model, Param, Rejected, Scope, Shell, UNNAMED};
 use crate::parse::{Arg, Args};
@@ -73,7 +73,32 @@ pub(crate) fn check(
 
     // The first parameter that names no database decides the message; a handler with
     // neither kind of parameter and no `backend = ..` names none either.
-    let unnamed = match params.params.iter().find(|p| p.role != Role::Extractor) {
+    let by_value = params.params.iter().find(|p| p.role != Role::Extractor);
+    // A `Tx` or `Phases` taken by reference is reported at its type. The first that names
+    // no database, when no parameter taken by value gives the alias, is reported by the
+    // alias (`borrowed_backend`): only the runtime knows whether to say to name one too.
+    let alias_reports = by_value
+        .is_none()
+        .then(|| {
+            params
+                .borrowed
+                .iter()
+                .position(|b| !syntax::names_backend(&b.elem))
+        })
+        .flatten();
+    for (index, borrowed) in params.borrowed.iter().enumerate() {
+        if Some(index) != alias_reports {
+            let ty = borrowed.role.type_name();
+            errors.push(syn::Error::new_spanned(
+                &borrowed.ty,
+                format!(
+                    "take `idem::{ty}` by value: write `{}: idem::{ty}`",
+                    borrowed.name
+                ),
+            ));
+        }
+    }
+    let unnamed = match by_value {
         Some(param) if !syntax::names_backend(&param.ty) => {
             let form = if param.role == Role::Tx {
                 "Tx"
@@ -87,10 +112,13 @@ pub(crate) fn check(
         Some(param) => syntax::backend_arg(&param.ty)
             .filter(|database| !is_type_param(&func.sig.generics, database))
             .map(|database| checked_backend(&krate, database)),
-        // A `Tx` or `Phases` taken by reference is reported as such; its type names the
-        // handler's database, so "this handler names none" would be a second error for
-        // the same mistake.
-        None if params.borrowed => None,
+        // Not "this handler names no database" beside a borrowed one: its type is where
+        // the database goes, and its own error says so.
+        None if !params.borrowed.is_empty() => alias_reports.map(|index| {
+            let borrowed = &params.borrowed[index];
+            let (first, last) = syntax::first_and_last(&borrowed.ty);
+            borrowed_backend(&krate, borrowed.role, &borrowed.name, first, last)
+        }),
         None => match &args.backend {
             Arg::Absent => Some(unnamed_backend(&krate, "handler", args.span, args.end)),
             Arg::Given(database) => Some(checked_backend(&krate, database)),
@@ -119,6 +147,14 @@ pub(crate) fn check(
                 }
             },
         );
+        // A borrowed one's database is the alias's too, so that the alias's error (or
+        // the database named elsewhere) is all its type adds.
+        if unnamed.is_some() {
+            syntax::borrowed_backends(&mut inner, |ty| {
+                let span = ty.span().resolved_at(Span::mixed_site());
+                Type::Verbatim(Ident::new(UNNAMED, span).into_token_stream())
+            });
+        }
         inner.attrs = attrs.inner;
         inner.vis = Visibility::Inherited;
         Shell {
@@ -130,7 +166,8 @@ pub(crate) fn check(
     };
     let error = errors.finish();
     match (scope, error) {
-        (Some(scope), None) => Expansion::Handler(Model {
+        // A borrowed `Tx` or `Phases` is always a mistake, reported above or by the alias.
+        (Some(scope), None) if params.borrowed.is_empty() => Expansion::Handler(Model {
             framework,
             backend: backend(&krate, &args, &func, &params.params, unnamed.is_some()),
             state: match &args.state {
@@ -148,8 +185,14 @@ pub(crate) fn check(
         }),
         (_, error) => {
             // Every path that leaves the scope unresolved reports why; the default only
-            // keeps a missed one from passing silently.
-            let error = error.unwrap_or_else(|| syn::Error::new(args.span, "`scope` is required"));
+            // keeps a missed one from passing silently. With none, a borrowed `Tx` or
+            // `Phases` is what the alias reports.
+            let error = error.or_else(|| {
+                params
+                    .borrowed
+                    .is_empty()
+                    .then(|| syn::Error::new(args.span, "`scope` is required"))
+            });
             let fallback = if params.has_receiver {
                 Fallback::AsWritten(func)
             } else {
@@ -222,8 +265,18 @@ struct Params {
     tx: Option<Named>,
     phases: Option<Named>,
     has_receiver: bool,
-    /// A `Tx` or `Phases` is taken by reference (and reported).
-    borrowed: bool,
+    /// Each `Tx` or `Phases` taken by reference, in order: one error each.
+    borrowed: Vec<Borrowed>,
+}
+
+/// A `&idem::Tx` or `&mut idem::Phases` parameter, which idem cannot pass.
+struct Borrowed {
+    role: Role,
+    name: String,
+    /// The parameter's type, as written.
+    ty: Type,
+    /// The `Tx` or `Phases` it borrows.
+    elem: Type,
 }
 
 /// A parameter's name and its tokens, for messages about it.
@@ -238,7 +291,7 @@ fn params(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Params {
         tx: None,
         phases: None,
         has_receiver: false,
-        borrowed: false,
+        borrowed: Vec::new(),
     };
     for input in &func.sig.inputs {
         let arg = match input {
@@ -260,16 +313,14 @@ fn params(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Params {
             name: syntax::binding(&arg.pat).map_or_else(|| "_".to_owned(), Ident::to_string),
             tokens: quote!(#arg),
         };
-        if let Some(borrowed) = Role::of_borrowed(&arg.ty) {
-            params.borrowed = true;
-            let ty = borrowed.type_name();
-            errors.push(syn::Error::new_spanned(
-                &arg.ty,
-                format!(
-                    "take `idem::{ty}` by value: write `{}: idem::{ty}`",
-                    named.name
-                ),
-            ));
+        if let (Some(borrowed), Type::Reference(reference)) = (Role::of_borrowed(&arg.ty), &*arg.ty)
+        {
+            params.borrowed.push(Borrowed {
+                role: borrowed,
+                name: named.name.clone(),
+                ty: (*arg.ty).clone(),
+                elem: (*reference.elem).clone(),
+            });
             // Still the phased form's parameter, for the checks of `lease`.
             if borrowed == Role::Phases && params.phases.is_none() {
                 params.phases = Some(named);

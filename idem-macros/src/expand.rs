@@ -59,7 +59,7 @@ impl ToTokens for Rejected {
                 });
             }
         }
-        tokens.extend(self.error.to_compile_error());
+        tokens.extend(self.error.as_ref().map(syn::Error::to_compile_error));
     }
 }
 

@@ -80,7 +80,7 @@ pub(crate) fn rejected(rejected: &Rejected, tokens: &mut TokenStream) {
             });
         }
     }
-    tokens.extend(rejected.error.to_compile_error());
+    tokens.extend(rejected.error.as_ref().map(syn::Error::to_compile_error));
 }
 
 pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {

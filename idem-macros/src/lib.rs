@@ -70,7 +70,8 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// of the `idem` crate), with the same arguments as `#[idempotent]`, and one of its own:
 /// `state = <type>` (default: every state the extractors accept), the router's state,
 /// so that each extractor is checked against it and a parameter that is none is an
-/// error at its type rather than at the router, e.g. `state = AppState`.
+/// error at its type rather than at the router, e.g. `state = AppState` (or a generic
+/// type as written, `state = AppState<Shop>`).
 ///
 /// The handler keeps axum's rules for extractors: each parameter but `Tx` or `Phases`
 /// is an extractor, the last one may read the body (`FromRequest`), the others read the

@@ -105,7 +105,9 @@ pub(crate) struct Scope {
 pub(crate) struct Rejected {
     pub(crate) framework: Framework,
     pub(crate) krate: syn::Path,
-    pub(crate) error: syn::Error,
+    /// `None` when the one mistake is reported by the alias of the database (a borrowed
+    /// `Tx` or `Phases` that names none; see `backend::borrowed_backend`).
+    pub(crate) error: Option<syn::Error>,
     pub(crate) fallback: Fallback,
 }
 

@@ -1,8 +1,8 @@
 //! Reads `#[idempotent(..)]` arguments, keeping each value's span. Nothing here looks at
 //! the handler: `model` checks the arguments against it.
 
-use proc_macro2::{Span, TokenStream};
-use syn::parse::Parser;
+use proc_macro2::{Spacing, Span, TokenStream};
+use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token, Type};
@@ -83,8 +83,8 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         span,
         end,
     };
-    let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
-        Ok(metas) => metas,
+    let items = match Punctuated::<Item, Token![,]>::parse_terminated.parse2(tokens) {
+        Ok(items) => items,
         Err(error) => {
             errors.push(error);
             args.scope = Arg::Unreadable;
@@ -97,7 +97,25 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             return args;
         }
     };
-    for meta in metas {
+    for item in items {
+        let meta = match item {
+            Item::Typed(name, value) => {
+                let stored = if name == "state" {
+                    set(
+                        &mut args.state,
+                        &name,
+                        state(value).map(|ty| (name.clone(), ty)),
+                    )
+                } else {
+                    set(&mut args.backend, &name, backend(value))
+                };
+                if let Err(error) = stored {
+                    errors.push(error);
+                }
+                continue;
+            }
+            Item::Meta(meta) => meta,
+        };
         let Meta::NameValue(pair) = meta else {
             errors.push(syn::Error::new_spanned(
                 &meta,
@@ -119,12 +137,6 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             "lease" => set(&mut args.lease, name, duration(name, &pair.value, "30s")),
             "crate" => set(&mut args.krate, name, crate_path(&pair.value)),
             "key" => set(&mut args.key, name, key_source(&pair.value)),
-            "backend" => set(&mut args.backend, name, backend(&pair.value)),
-            "state" => set(
-                &mut args.state,
-                name,
-                state(&pair.value).map(|ty| (name.clone(), ty)),
-            ),
             _ => Err(unknown(&pair.path)),
         };
         if let Err(error) = stored {
@@ -205,26 +217,80 @@ fn crate_path(value: &Expr) -> syn::Result<syn::Path> {
     })
 }
 
-/// `backend = sqlx::Sqlite`: a type path, checked by the compiler where it is used.
-fn backend(value: &Expr) -> syn::Result<Type> {
-    match value {
-        Expr::Path(path) if path.attrs.is_empty() => syn::parse2(quote::quote!(#path)),
-        _ => Err(syn::Error::new_spanned(
-            value,
-            "`backend` takes the database's type, e.g. `backend = sqlx::Sqlite`",
-        )),
+/// One argument of the list. `state` and `backend` take a type, which the expression a
+/// `Meta` holds cannot spell once it has generics: `AppState<Foo>` reads as two
+/// comparisons. Every other argument is a `Meta`.
+enum Item {
+    /// `state = ..` or `backend = ..`: the value as a type, or as the expression it was
+    /// when it is not one (for a message about this argument alone).
+    Typed(Ident, Result<Type, Expr>),
+    /// Any other argument, read as `syn` reads an attribute's.
+    Meta(Meta),
+}
+
+impl Parse for Item {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        if !takes_a_type(input) {
+            return input.parse().map(Self::Meta);
+        }
+        let name: Ident = input.parse()?;
+        let _: Token![=] = input.parse()?;
+        // A type only if it is the whole value; `"sqlite"` or `a + b` are read as the
+        // expressions they are, to be refused with the argument's own message.
+        let fork = input.fork();
+        let whole_type = fork.parse::<Type>().is_ok() && (fork.is_empty() || fork.peek(Token![,]));
+        let value = if whole_type {
+            Ok(input.parse()?)
+        } else {
+            Err(input.parse()?)
+        };
+        Ok(Self::Typed(name, value))
     }
 }
 
-/// `state = AppState`: a type path, checked by the compiler against each extractor.
-fn state(value: &Expr) -> syn::Result<Type> {
+/// Whether the next argument is `state = ..` or `backend = ..`.
+fn takes_a_type(input: ParseStream<'_>) -> bool {
+    let Some((name, rest)) = input.cursor().ident() else {
+        return false;
+    };
+    let assigned = rest
+        .punct()
+        .is_some_and(|(punct, _)| punct.as_char() == '=' && punct.spacing() == Spacing::Alone);
+    assigned && (name == "state" || name == "backend")
+}
+
+/// `backend = sqlx::Sqlite`: a type path, checked by the compiler where it is used.
+fn backend(value: Result<Type, Expr>) -> syn::Result<Type> {
     match value {
-        Expr::Path(path) if path.attrs.is_empty() => syn::parse2(quote::quote!(#path)),
-        _ => Err(syn::Error::new_spanned(
-            value,
-            "`state` takes the router's state type, e.g. `state = AppState`",
-        )),
+        Ok(ty @ Type::Path(_)) => Ok(ty),
+        Ok(ty) => Err(not_a_backend(&ty)),
+        Err(expr) => Err(not_a_backend(&expr)),
     }
+}
+
+fn not_a_backend(value: &dyn quote::ToTokens) -> syn::Error {
+    syn::Error::new_spanned(
+        value,
+        "`backend` takes the database's type, e.g. `backend = sqlx::Sqlite`",
+    )
+}
+
+/// `state = AppState` or `state = AppState<Shop>`: a type, checked by the compiler
+/// against each extractor. `_` and `impl ..` cannot name the one state of an impl.
+fn state(value: Result<Type, Expr>) -> syn::Result<Type> {
+    match value {
+        Ok(Type::Infer(ty)) => Err(not_a_state(&ty)),
+        Ok(Type::ImplTrait(ty)) => Err(not_a_state(&ty)),
+        Ok(ty) => Ok(ty),
+        Err(expr) => Err(not_a_state(&expr)),
+    }
+}
+
+fn not_a_state(value: &dyn quote::ToTokens) -> syn::Error {
+    syn::Error::new_spanned(
+        value,
+        "`state` takes the router's state type, e.g. `state = AppState`",
+    )
 }
 
 /// Where the key comes from instead of the `Idempotency-Key` header, as written.

@@ -267,6 +267,24 @@ pub(crate) fn normalize_params(
     }
 }
 
+/// Gives each `&Tx` or `&mut Phases` parameter that names no database `backend` as its
+/// database, as [`normalize_params`] does for those taken by value.
+pub(crate) fn borrowed_backends(func: &mut ItemFn, backend: impl Fn(&Type) -> Type) {
+    for input in &mut func.sig.inputs {
+        let FnArg::Typed(arg) = input else { continue };
+        let Type::Reference(reference) = &mut *arg.ty else {
+            continue;
+        };
+        if Role::of(&reference.elem) == Role::Extractor || names_backend(&reference.elem) {
+            continue;
+        }
+        let database = backend(&reference.elem);
+        if let Type::Path(path) = &mut *reference.elem {
+            set_backend(path, database);
+        }
+    }
+}
+
 /// The spans of a type's first and last tokens: a span from one to the other covers the
 /// type as written (stable proc macros cannot join spans themselves).
 pub(crate) fn first_and_last(ty: &Type) -> (Span, Span) {

@@ -1,8 +1,12 @@
-//! `POST /test/single/{size}` and `POST /test/phased/{size}`: an answer of `size` bytes
-//! from each form, for the tests of large answers (`large_answers.rs`, and
-//! `large_answer_buffers.rs`, which needs a binary of its own for its allocator).
+//! `POST /test/single/{size}`, `POST /test/phased/{size}` and
+//! `POST /test/unfinishable/{size}`: an answer of `size` bytes from each form, for the
+//! tests of large answers (`large_answers.rs`, and `large_answer_buffers.rs`, which needs
+//! a binary of its own for its allocator), on both frameworks. Each handler's work is
+//! written once, below; the actix-web and axum handlers only extract and call it.
 
-use actix_web::{HttpResponse, web};
+use actix_web::web;
+use axum::Router;
+use axum::extract::Path;
 
 use crate::support::app::Account;
 
@@ -11,27 +15,117 @@ pub(crate) fn answer(size: usize) -> Vec<u8> {
     (0..size).map(|i| (i % 251) as u8).collect()
 }
 
-#[idem::idempotent(scope = account, backend = sqlx::Postgres)]
-async fn single(account: Account, size: web::Path<usize>) -> HttpResponse {
-    let _ = account;
-    HttpResponse::Ok().body(answer(size.into_inner()))
-}
-
-#[idem::idempotent(scope = account, lease = "30s")]
-async fn phased(
-    account: Account,
-    size: web::Path<usize>,
-    phases: idem::Phases<sqlx::Postgres>,
-) -> Result<HttpResponse, idem::PhaseError> {
-    let _ = account;
+/// The phased form's work: one phase, then the answer.
+async fn phased_answer(
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    size: usize,
+) -> Result<Vec<u8>, idem::PhaseError> {
     phases
         .run("answered", async |_tx| Ok::<_, idem::PhaseError>(()))
         .await?;
-    Ok(HttpResponse::Ok().body(answer(size.into_inner())))
+    Ok(answer(size))
 }
 
-/// Registers both routes.
-pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/test/single/{size}", web::post().to(single))
-        .route("/test/phased/{size}", web::post().to(phased));
+/// Writes a child of a parent that does not exist: the deferred foreign key lets the
+/// statement through and fails the COMMIT, so idem's completion (its staged body
+/// included) is rolled back with the handler's writes. The test creates the tables.
+async fn unfinishable_answer(tx: &mut idem::Tx<'_, sqlx::Postgres>, size: usize) -> Vec<u8> {
+    sqlx::raw_sql("INSERT INTO children (parent_id) VALUES (7)")
+        .execute(&mut **tx)
+        .await
+        .expect("a deferred constraint is not checked before COMMIT");
+    answer(size)
+}
+
+mod on_actix {
+    use super::*;
+
+    #[idem::idempotent(scope = account, backend = sqlx::Postgres)]
+    pub(super) async fn single(account: Account, size: web::Path<usize>) -> Vec<u8> {
+        let _ = account;
+        answer(size.into_inner())
+    }
+
+    #[idem::idempotent(scope = account, lease = "30s")]
+    pub(super) async fn phased(
+        account: Account,
+        size: web::Path<usize>,
+        phases: idem::Phases<sqlx::Postgres>,
+    ) -> Result<Vec<u8>, idem::PhaseError> {
+        let _ = account;
+        phased_answer(&mut phases, size.into_inner()).await
+    }
+
+    #[idem::idempotent(scope = account)]
+    pub(super) async fn unfinishable(
+        account: Account,
+        size: web::Path<usize>,
+        tx: idem::Tx<'_, sqlx::Postgres>,
+    ) -> Vec<u8> {
+        let _ = account;
+        unfinishable_answer(&mut tx, size.into_inner()).await
+    }
+}
+
+mod on_axum {
+    use super::*;
+
+    #[idem::axum::idempotent(scope = account, backend = sqlx::Postgres)]
+    pub(super) async fn single(account: Account, Path(size): Path<usize>) -> Vec<u8> {
+        let _ = account;
+        answer(size)
+    }
+
+    #[idem::axum::idempotent(scope = account, lease = "30s")]
+    pub(super) async fn phased(
+        account: Account,
+        Path(size): Path<usize>,
+        phases: idem::Phases<sqlx::Postgres>,
+    ) -> Result<Vec<u8>, idem::PhaseError> {
+        let _ = account;
+        phased_answer(&mut phases, size).await
+    }
+
+    #[idem::axum::idempotent(scope = account)]
+    pub(super) async fn unfinishable(
+        account: Account,
+        Path(size): Path<usize>,
+        tx: idem::Tx<'_, sqlx::Postgres>,
+    ) -> Vec<u8> {
+        let _ = account;
+        unfinishable_answer(&mut tx, size).await
+    }
+}
+
+/// The application with the single and phased routes on the test's framework, and
+/// `unfinishable` too when asked.
+pub(crate) async fn app(
+    idem: &idem::Idem<sqlx::Postgres>,
+    unfinishable: bool,
+) -> crate::support::TestApp {
+    crate::support::service_with_twin(
+        idem,
+        |cfg| {
+            cfg.route("/test/single/{size}", web::post().to(on_actix::single))
+                .route("/test/phased/{size}", web::post().to(on_actix::phased));
+            if unfinishable {
+                cfg.route(
+                    "/test/unfinishable/{size}",
+                    web::post().to(on_actix::unfinishable),
+                );
+            }
+        },
+        || {
+            use axum::routing::post;
+            let routes = Router::new()
+                .route("/test/single/{size}", post(on_axum::single))
+                .route("/test/phased/{size}", post(on_axum::phased));
+            if unfinishable {
+                routes.route("/test/unfinishable/{size}", post(on_axum::unfinishable))
+            } else {
+                routes
+            }
+        },
+    )
+    .await
 }

@@ -13,7 +13,6 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
@@ -26,10 +25,12 @@ mod derived;
 mod driver;
 mod error;
 mod lease;
+mod output;
 
 pub(crate) use derived::derive_key;
 pub use error::{PhaseError, PhaseErrorKind};
 pub use lease::Lease;
+pub use output::PhaseOutput;
 
 /// The longest phase name, in bytes; names are stored beside each recorded output.
 ///
@@ -163,11 +164,12 @@ impl<DB: Backend> Phases<DB> {
     /// Runs the phase `name` in a transaction of its own, or returns its recorded output
     /// if an earlier attempt at this key committed it.
     ///
-    /// `phase` gets the phase's transaction ([`Tx`]); its `Ok` output is serialized and
-    /// recorded in that transaction together with the key's recovery point and a renewal
-    /// of the lease, then the transaction commits. An `Err` rolls the phase back and is
-    /// returned as it is: the handler decides what to answer (a 4xx is recorded and
-    /// replayed like any final answer; a 5xx leaves the key to be resumed by a retry).
+    /// `phase` gets the phase's transaction ([`Tx`]); its `Ok` output, a [`PhaseOutput`]
+    /// (any type that is `Serialize` and `Deserialize`), is serialized and recorded in that
+    /// transaction together with the key's recovery point and a renewal of the lease, then
+    /// the transaction commits. An `Err` rolls the phase back and is returned as it is: the
+    /// handler decides what to answer (a 4xx is recorded and replayed like any final
+    /// answer; a 5xx leaves the key to be resumed by a retry).
     ///
     /// idem's own failures come back as [`PhaseError`] converted into `E`. They end the
     /// attempt: later phases return the same error without running, and whatever the
@@ -193,7 +195,7 @@ impl<DB: Backend> Phases<DB> {
     /// in the handler: idem answers 500 and keeps the key for a retry after the fix.
     pub async fn run<T, E, F>(&mut self, name: &str, phase: F) -> Result<T, E>
     where
-        T: Serialize + DeserializeOwned,
+        T: PhaseOutput,
         E: From<PhaseError>,
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> Result<T, E>,
     {
@@ -219,7 +221,7 @@ impl<DB: Backend> Phases<DB> {
 
     async fn run_new<T, E, F>(&mut self, name: &str, phase: F) -> Result<T, E>
     where
-        T: Serialize + DeserializeOwned,
+        T: PhaseOutput,
         E: From<PhaseError>,
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> Result<T, E>,
     {
