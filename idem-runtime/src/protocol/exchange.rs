@@ -21,7 +21,7 @@ use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::{Problem, ProblemKind};
-use crate::store::{Backend, ClaimRequest, ExistingKey, StoredResponse};
+use crate::store::{Backend, ClaimRequest, ExistingKey, OwnedResponse, StoredResponse};
 
 /// A request's final answer and how idem came to it.
 pub(crate) type Done<W> = (<W as Framework>::Response, Outcome);
@@ -308,6 +308,19 @@ pub(crate) struct Sealed<'a> {
 }
 
 impl Sealed<'_> {
+    /// The response as the store may keep it beyond the caller's future; `body` is the
+    /// answer's own body, shared rather than copied when it is stored in clear.
+    pub(crate) fn into_owned(self, body: &Bytes) -> OwnedResponse {
+        OwnedResponse {
+            status: self.status,
+            headers: self.headers,
+            body: match self.body {
+                Cow::Borrowed(_) => body.clone(),
+                Cow::Owned(sealed) => sealed.into(),
+            },
+        }
+    }
+
     pub(crate) fn stored(&self) -> StoredResponse<'_> {
         StoredResponse {
             status: self.status,
