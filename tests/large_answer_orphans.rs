@@ -4,6 +4,10 @@
 //! trigger the test installs refuses it) or never runs (the process stops), the row
 //! stays in `idem_staged_bodies`. The expiry sweep deletes such rows once they are an
 //! hour old, and never a younger one, which a completion under way may still take.
+//!
+//! Not behind a transaction pooler: a handler that ends idem's transaction leaves idem's
+//! statements after it outside any, which the README's "Behind PgBouncer" rules out (the
+//! tests' names carry `_itself_`, which `.ci/run` skips there).
 
 mod large_support;
 mod support;
@@ -38,7 +42,7 @@ async fn staged_rows(pool: &PgPool) -> i64 {
 }
 
 #[actix_web::test]
-async fn a_completion_outside_a_transaction_takes_its_staged_body() {
+async fn a_handler_that_commits_itself_leaves_no_staged_body() {
     let env = Env::new().await;
     let app = support::service_with(&env.idem(), |cfg| {
         large_support::routes(cfg);
@@ -54,7 +58,7 @@ async fn a_completion_outside_a_transaction_takes_its_staged_body() {
 }
 
 #[actix_web::test]
-async fn the_sweep_deletes_staged_bodies_no_completion_will_take() {
+async fn the_sweep_deletes_what_a_handler_that_commits_itself_left_staged() {
     let env = Env::new().await;
     let app = support::service_with(&env.idem(), |cfg| {
         large_support::routes(cfg);
