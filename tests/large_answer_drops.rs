@@ -99,7 +99,11 @@ async fn dropped_then_retried(form: &str, hold: Hold) {
     settled(&env.served_pool).await;
 
     assert_connections_work(&env.served_pool).await;
-    assert_eq!(staged_rows(&env.pool).await, 0, "{form}: nothing left staged");
+    assert_eq!(
+        staged_rows(&env.pool).await,
+        0,
+        "{form}: nothing left staged"
+    );
     let stored: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM idem_keys WHERE idem_key = $1 AND state = 'completed'",
     )
@@ -110,7 +114,10 @@ async fn dropped_then_retried(form: &str, hold: Hold) {
     if form == "single" {
         // The completion ran to its end without the request, then the transaction it is
         // in was dropped: rolled back, the handler's write with it.
-        assert_eq!(stored, 0, "{form}: the dropped request's answer is not stored");
+        assert_eq!(
+            stored, 0,
+            "{form}: the dropped request's answer is not stored"
+        );
         assert_eq!(effects(&env.pool).await, 0, "{form}: rolled back with it");
         let retry = app.call(post(&path, ALICE, form, "{}")).await;
         assert_eq!(retry.status, 200, "{form}: the retry is answered");
@@ -126,7 +133,11 @@ async fn dropped_then_retried(form: &str, hold: Hold) {
     let replay = app.call(post(&path, ALICE, form, "{}")).await;
     assert!(replay.replayed(), "{form}: then replays");
     assert_eq!(replay.body, answer(LARGE), "{form}: byte for byte");
-    assert_eq!(staged_rows(&env.pool).await, 0, "{form}: nothing staged after");
+    assert_eq!(
+        staged_rows(&env.pool).await,
+        0,
+        "{form}: nothing staged after"
+    );
     assert_connections_work(&env.served_pool).await;
 }
 
@@ -162,7 +173,7 @@ enum Hold {
 }
 
 /// The advisory lock `Hold::Finish`'s trigger waits for.
-const FINISH_LOCK: i64 = 0x1de_c0;
+const FINISH_LOCK: i64 = 72_404;
 
 impl Hold {
     async fn install(self, pool: &PgPool) {
@@ -192,7 +203,9 @@ impl Hold {
     async fn take(self, pool: &PgPool) -> Holding {
         let mut conn = pool.acquire().await.expect("a connection for the lock");
         let take = match self {
-            Self::TableLock => "BEGIN; LOCK TABLE idem_staged_bodies IN ACCESS EXCLUSIVE MODE".into(),
+            Self::TableLock => {
+                "BEGIN; LOCK TABLE idem_staged_bodies IN ACCESS EXCLUSIVE MODE".into()
+            }
             Self::Finish => format!("SELECT pg_advisory_lock({FINISH_LOCK})"),
         };
         sqlx::raw_sql(sqlx::AssertSqlSafe(take))
@@ -209,7 +222,9 @@ impl Hold {
                 "SELECT count(*) FROM pg_locks \
                   WHERE NOT granted AND relation = 'idem_staged_bodies'::regclass"
             }
-            Self::Finish => "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'",
+            Self::Finish => {
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"
+            }
         };
         for _ in 0..100_000 {
             let waiting: i64 = sqlx::query_scalar(waiting)

@@ -58,9 +58,9 @@ async fn app(env: &Env) -> TestApp {
         "CREATE TABLE effects (id bigserial PRIMARY KEY);
          CREATE TABLE limits (name text PRIMARY KEY, value text NOT NULL)",
     )
-        .execute(&env.pool)
-        .await
-        .expect("the effects table");
+    .execute(&env.pool)
+    .await
+    .expect("the effects table");
     support::service_with(&env.idem(), |cfg| {
         // The shared routes too, though these tests use their own.
         large_support::routes(cfg);
@@ -122,7 +122,10 @@ async fn with_the_table_locked(env: &Env, app: &TestApp, limit: &str, key: &str)
 
 /// The single form's failed request kept nothing, and its retry runs once and replays.
 async fn assert_retried_once(env: &Env, app: &TestApp, path: &str, key: &str) {
-    assert_eq!(scalar(&env.pool, "SELECT count(*) FROM idem_staged_bodies").await, 0);
+    assert_eq!(
+        scalar(&env.pool, "SELECT count(*) FROM idem_staged_bodies").await,
+        0
+    );
     assert_eq!(env.keys().await, 0, "{path}: the key was not recorded");
     assert_eq!(scalar(&env.pool, "SELECT count(*) FROM effects").await, 0);
     assert_connections_work(&env.served_pool).await;
@@ -134,7 +137,10 @@ async fn assert_retried_once(env: &Env, app: &TestApp, path: &str, key: &str) {
     assert!(replay.replayed(), "{path}: then replays");
     assert_eq!(replay.body, answer(LARGE), "{path}");
     assert_eq!(scalar(&env.pool, "SELECT count(*) FROM effects").await, 1);
-    assert_eq!(scalar(&env.pool, "SELECT count(*) FROM idem_staged_bodies").await, 0);
+    assert_eq!(
+        scalar(&env.pool, "SELECT count(*) FROM idem_staged_bodies").await,
+        0
+    );
 }
 
 /// The single form's route.
@@ -196,9 +202,16 @@ async fn a_phased_copy_the_server_refuses_stores_nothing() {
     let failed = app.call(post(path, ALICE, "refused", "{}")).await;
     failed.assert_idem_problem(503, "storage-unavailable");
     allow().await;
-    assert_eq!(scalar(&env.pool, "SELECT count(*) FROM idem_staged_bodies").await, 0);
     assert_eq!(
-        scalar(&env.pool, "SELECT count(*) FROM idem_keys WHERE state = 'completed'").await,
+        scalar(&env.pool, "SELECT count(*) FROM idem_staged_bodies").await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            &env.pool,
+            "SELECT count(*) FROM idem_keys WHERE state = 'completed'"
+        )
+        .await,
         0,
         "no answer was recorded"
     );

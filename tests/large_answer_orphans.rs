@@ -78,7 +78,11 @@ async fn the_sweep_deletes_what_a_handler_that_commits_itself_left_staged() {
         let failed = app.call(post("/test/committing", ALICE, key, "{}")).await;
         failed.assert_idem_problem(503, "storage-unavailable");
     }
-    assert_eq!(staged_rows(&env.pool).await, 2, "both COPYs committed on their own");
+    assert_eq!(
+        staged_rows(&env.pool).await,
+        2,
+        "both COPYs committed on their own"
+    );
     // One of them as if it had been staged more than an hour ago.
     sqlx::raw_sql(
         "UPDATE idem_staged_bodies SET staged_at = now() - interval '61 minutes'

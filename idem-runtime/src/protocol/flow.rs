@@ -261,8 +261,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     ) -> Result<(), sqlx::Error> {
         let mut txn = DB::begin(self.idem.pool(), self.idem.opening()).await?;
         if let Claim::Claimed { generation } = DB::claim(&mut txn, claim).await? {
-            let sealed = self.seal_response(claim, generation, head, body);
-            DB::complete(&mut txn, claim, &sealed.stored()).await?;
+            let stored = self
+                .seal_response(claim, generation, head, body)
+                .into_owned(body);
+            let (txn, completed) = DB::complete_shielded(txn, claim, stored).await;
+            completed?;
             txn.commit().await?;
         }
         Ok(())

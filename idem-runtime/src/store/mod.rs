@@ -40,8 +40,8 @@ pub(crate) use records::{
 };
 pub(crate) use requests::KeyColumns;
 pub(crate) use requests::{
-    AttemptRef, AttemptRow, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow, PeekedKey,
-    OwnedResponse, PhaseRecord, PhasedClaim, StoredResponse,
+    AttemptRef, AttemptRow, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow, OwnedResponse,
+    PeekedKey, PhaseRecord, PhasedClaim, StoredResponse,
 };
 
 /// Name of the table that records which of idem's migrations ran.

@@ -14,9 +14,7 @@ use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{PgPool, Postgres, Row as _, Transaction};
 
-use super::{
-    Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse,
-};
+use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
 /// it to the claim's wait. Both happen inside the prepared claim, before its insert can

@@ -14,9 +14,7 @@ use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::{Postgres, Transaction};
 
 use crate::store::KeyColumns;
-use crate::store::{
-    AttemptRef, AttemptRow, ClaimRequest, OwnedResponse, PhaseRecord, PhasedClaim,
-};
+use crate::store::{AttemptRef, AttemptRow, ClaimRequest, OwnedResponse, PhaseRecord, PhasedClaim};
 
 /// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
 /// fencing token doubles as its generation. As in the single-transaction claim, a row
