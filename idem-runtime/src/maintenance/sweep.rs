@@ -60,6 +60,8 @@ pub struct Expiry<DB: crate::store::choice::ChosenBackend<'static> = DefaultBack
     script: Arc<str>,
     /// The consumer inbox's batch for `batch_size`, likewise.
     inbox_script: Arc<str>,
+    /// The batch of staged bodies no completion will take, where the database stages.
+    orphans_script: Option<Arc<str>>,
     stats: Arc<Mutex<ExpiryStats>>,
 }
 
@@ -72,6 +74,7 @@ impl<DB: Backend> Clone for Expiry<DB> {
             pause: self.pause,
             script: Arc::clone(&self.script),
             inbox_script: Arc::clone(&self.inbox_script),
+            orphans_script: self.orphans_script.clone(),
             stats: Arc::clone(&self.stats),
         }
     }
@@ -142,6 +145,7 @@ impl<DB: Backend> Expiry<DB> {
             pause: Expiry::DEFAULT_PAUSE,
             script: DB::batch_statement(Expiry::DEFAULT_BATCH_SIZE).into(),
             inbox_script: DB::inbox_batch_statement(Expiry::DEFAULT_BATCH_SIZE).into(),
+            orphans_script: DB::orphans_batch_statement(Expiry::DEFAULT_BATCH_SIZE).map(Into::into),
             stats: Arc::default(),
         }
     }
@@ -176,6 +180,7 @@ impl<DB: Backend> Expiry<DB> {
         self.batch_size = rows;
         self.script = DB::batch_statement(rows).into();
         self.inbox_script = DB::inbox_batch_statement(rows).into();
+        self.orphans_script = DB::orphans_batch_statement(rows).map(Into::into);
         self
     }
 
@@ -272,7 +277,8 @@ impl<DB: Backend> Expiry<DB> {
     }
 
     /// One sweep, ending early when `stop` completes during a pause: the key table's
-    /// batches, then the consumer inbox's ([`Inbox`](crate::Inbox)), counted together.
+    /// batches, then the consumer inbox's ([`Inbox`](crate::Inbox)), then the staged
+    /// bodies no completion will take, counted together.
     pub(super) async fn sweep(
         &self,
         mut stop: Pin<&mut impl Future<Output = ()>>,
@@ -312,6 +318,17 @@ impl<DB: Backend> Expiry<DB> {
                 pace,
                 stop.as_mut(),
                 || DB::delete_expired_deliveries(pool, inbox),
+                &mut deleted,
+            )
+            .await;
+        }
+        // Then the staged bodies no completion will take, where there can be any.
+        if let (Ended::Drained, Some(orphans)) = (&ended, self.orphans_script.as_deref()) {
+            table = "idem_staged_bodies";
+            ended = batches::run(
+                pace,
+                stop.as_mut(),
+                || DB::delete_batch(pool, orphans),
                 &mut deleted,
             )
             .await;

@@ -21,7 +21,7 @@ use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::{Problem, ProblemKind};
-use crate::store::{Backend, ClaimRequest, ExistingKey, StoredResponse};
+use crate::store::{Backend, ClaimRequest, ExistingKey, OwnedResponse};
 
 /// A request's final answer and how idem came to it.
 pub(crate) type Done<W> = (<W as Framework>::Response, Outcome);
@@ -300,7 +300,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     }
 }
 
-/// A response sealed for the key store; [`Sealed::stored`] lends it to a statement.
+/// A response sealed for the key store; [`Sealed::into_owned`] hands it to the store.
 pub(crate) struct Sealed<'a> {
     status: u16,
     headers: Vec<u8>,
@@ -308,11 +308,16 @@ pub(crate) struct Sealed<'a> {
 }
 
 impl Sealed<'_> {
-    pub(crate) fn stored(&self) -> StoredResponse<'_> {
-        StoredResponse {
+    /// The response as the store may keep it beyond the caller's future; `body` is the
+    /// answer's own body, shared rather than copied when it is stored in clear.
+    pub(crate) fn into_owned(self, body: &Bytes) -> OwnedResponse {
+        OwnedResponse {
             status: self.status,
-            headers: &self.headers,
-            body: &self.body,
+            headers: self.headers,
+            body: match self.body {
+                Cow::Borrowed(_) => body.clone(),
+                Cow::Owned(sealed) => sealed.into(),
+            },
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::protocol::problem::{Problem, ProblemKind};
 #[cfg(feature = "axum")]
 use crate::protocol::tx::Slot;
 use crate::protocol::tx::Tx;
-use crate::store::{Backend, Claim, ClaimRequest, Completion, StoredResponse};
+use crate::store::{Backend, Claim, ClaimRequest, Completion};
 
 /// Header added to every replayed response.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -165,7 +165,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     async fn record(
         &self,
         claim: &ClaimRequest<'_>,
-        mut txn: Transaction<'static, DB>,
+        txn: Transaction<'static, DB>,
         generation: i64,
         response: W::Response,
     ) -> Done<W> {
@@ -185,13 +185,16 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             }
             Err(Buffering::Failed(answer)) => return (answer, Outcome::RolledBack),
         };
-        let sealed = self.seal_response(claim, generation, &head, &body);
-        let stored = sealed.stored();
-        let outcome = match timed!(
+        let stored = self
+            .seal_response(claim, generation, &head, &body)
+            .into_owned(&body);
+        let status = stored.status;
+        let (txn, completed) = timed!(
             self.policy,
             "complete",
-            DB::complete(&mut txn, claim, &stored)
-        ) {
+            DB::complete_shielded(txn, claim, stored)
+        );
+        let outcome = match completed {
             Ok(Completion::Recorded) => match timed!(self.policy, "commit", txn.commit()) {
                 Ok(()) => Outcome::Executed,
                 Err(error) if DB::is_no_transaction(&error) => {
@@ -222,10 +225,10 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                 // A statement of the handler failed and it answered anyway. Nothing it
                 // wrote survives, so only a 4xx (an outcome without effects) is kept.
                 let _ = txn.rollback().await;
-                if !stored_status_is_client_error(&stored) {
+                if !(400..500).contains(&status) {
                     tracing::error!(
                         handler = self.policy.handler(),
-                        status = stored.status,
+                        status,
                         "the handler answered success after one of its statements failed; \
                          its writes were lost, so the request was rolled back"
                     );
@@ -258,8 +261,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     ) -> Result<(), sqlx::Error> {
         let mut txn = DB::begin(self.idem.pool(), self.idem.opening()).await?;
         if let Claim::Claimed { generation } = DB::claim(&mut txn, claim).await? {
-            let sealed = self.seal_response(claim, generation, head, body);
-            DB::complete(&mut txn, claim, &sealed.stored()).await?;
+            let stored = self
+                .seal_response(claim, generation, head, body)
+                .into_owned(body);
+            let (txn, completed) = DB::complete_shielded(txn, claim, stored).await;
+            completed?;
             txn.commit().await?;
         }
         Ok(())
@@ -274,10 +280,6 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             "the handler committed idem's transaction itself; never end it by hand"
         );
     }
-}
-
-fn stored_status_is_client_error(stored: &StoredResponse<'_>) -> bool {
-    (400..500).contains(&stored.status)
 }
 
 /// The answer to a COMMIT that failed: nothing was saved when the database refused it,

@@ -40,8 +40,8 @@ pub(crate) use records::{
 };
 pub(crate) use requests::KeyColumns;
 pub(crate) use requests::{
-    AttemptRef, AttemptRow, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow, PeekedKey,
-    PhaseRecord, PhasedClaim, StoredResponse,
+    AttemptRef, AttemptRow, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow, OwnedResponse,
+    PeekedKey, PhaseRecord, PhasedClaim, StoredResponse,
 };
 
 /// Name of the table that records which of idem's migrations ran.
@@ -103,6 +103,24 @@ pub trait Backend:
         request: &ClaimRequest<'_>,
         response: &StoredResponse<'_>,
     ) -> impl Future<Output = Result<Completion, sqlx::Error>>;
+
+    /// [`complete`](Self::complete), run to its end even when the returned future is
+    /// dropped before (the client went away, a timeout around the handler gave up), for
+    /// a store whose completion is not safe to stop halfway: PostgreSQL's staged body,
+    /// whose `COPY` sqlx cannot abandon once its end was sent without leaving the
+    /// connection a reply out of step. The transaction comes back with the outcome; if
+    /// the caller is gone, it is dropped (rolled back) once the completion is done.
+    #[doc(hidden)]
+    fn complete_shielded(
+        mut txn: Transaction<'static, Self>,
+        request: &ClaimRequest<'_>,
+        response: OwnedResponse,
+    ) -> impl Future<Output = (Transaction<'static, Self>, Result<Completion, sqlx::Error>)> {
+        async move {
+            let completion = Self::complete(&mut txn, request, &response.stored()).await;
+            (txn, completion)
+        }
+    }
 
     /// Whether an error means "another request holds this key's lock".
     #[doc(hidden)]
@@ -203,6 +221,20 @@ pub trait PhaseStore: sqlx::Database {
         attempt: &AttemptRef<'_>,
         response: &StoredResponse<'_>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>>;
+
+    /// [`complete_phased`](Self::complete_phased) on a connection of `pool`, run to its
+    /// end even when the returned future is dropped, where the store needs that (see
+    /// [`Backend::complete_shielded`]).
+    fn complete_phased_shielded(
+        pool: &Pool<Self>,
+        attempt: &AttemptRef<'_>,
+        response: OwnedResponse,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> {
+        async move {
+            let mut conn = pool.acquire().await?;
+            Self::complete_phased(&mut *conn, attempt, &response.stored()).await
+        }
+    }
 }
 
 /// The outbox's writes and the relay's takes. The relay's calls are `Send` because the
@@ -300,6 +332,14 @@ pub trait MaintenanceStore: sqlx::Database {
         pool: &Pool<Self>,
         statement: &str,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+    /// The statement that deletes one batch of up to `batch_size` staged bodies that no
+    /// completion will take (PostgreSQL's `idem_staged_bodies`; its implementation says
+    /// which), run by [`delete_batch`](Self::delete_batch); `None` where nothing is staged.
+    fn orphans_batch_statement(batch_size: u32) -> Option<String> {
+        let _ = batch_size;
+        None
+    }
 
     /// The database's plan for one batch, one line per element.
     fn explain_batch(

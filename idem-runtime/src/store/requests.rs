@@ -135,6 +135,28 @@ pub struct StoredResponse<'a> {
     pub body: &'a [u8],
 }
 
+/// A response to store that the store may keep beyond its caller's future: what a
+/// completion that must not stop halfway (`Backend::complete_shielded`) takes. The body
+/// is shared, not copied.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct OwnedResponse {
+    pub status: u16,
+    pub headers: Vec<u8>,
+    pub body: Bytes,
+}
+
+impl OwnedResponse {
+    /// Lends the response to a statement.
+    pub fn stored(&self) -> StoredResponse<'_> {
+        StoredResponse {
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+        }
+    }
+}
+
 /// How completing a key went.
 #[doc(hidden)]
 #[derive(Debug, PartialEq, Eq)]

@@ -125,11 +125,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                 return (answer, Outcome::RolledBack);
             }
         };
-        let sealed = self.seal_response(&claim, attempt.generation, &head, &body);
-        let completed = async {
-            let mut conn = self.idem.pool().acquire().await?;
-            DB::complete_phased(&mut conn, &attempt.fenced(), &sealed.stored()).await
-        };
+        let stored = self
+            .seal_response(&claim, attempt.generation, &head, &body)
+            .into_owned(&body);
+        let fenced = attempt.fenced();
+        let completed = DB::complete_phased_shielded(self.idem.pool(), &fenced, stored);
         match timed!(self.policy, "complete", completed) {
             Ok(true) => (W::assemble(head, body), outcome),
             Ok(false) => {

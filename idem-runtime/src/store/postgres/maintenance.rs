@@ -115,6 +115,21 @@ impl MaintenanceStore for Postgres {
         Ok(done.rows_affected())
     }
 
+    /// A staged body no completion will take: one a completion outside a transaction
+    /// staged (a handler that committed idem's transaction itself) and whose `UPDATE`
+    /// then failed, or never ran because the process stopped. Every other staged row is
+    /// its transaction's until the completion deletes it, and no other transaction sees
+    /// it. An hour is far beyond the one round trip between the two statements of a
+    /// completion outside a transaction, so a row of a completion under way is never
+    /// taken from it. Rows some other sweep is deleting are skipped.
+    fn orphans_batch_statement(batch_size: u32) -> Option<String> {
+        Some(format!(
+            "DELETE FROM idem_staged_bodies WHERE (scope, nonce) IN (
+    SELECT scope, nonce FROM idem_staged_bodies WHERE staged_at < now() - interval '1 hour'
+    LIMIT {batch_size} FOR UPDATE SKIP LOCKED)"
+        ))
+    }
+
     /// The plan PostgreSQL chooses for a batch of `batch_size`, one plan line per element,
     /// under the batch's own settings. `EXPLAIN` without `ANALYZE` plans the statement but
     /// does not run it, so nothing is deleted or locked.

@@ -5,6 +5,7 @@ mod inbox;
 mod maintenance;
 mod outbox;
 mod phased;
+mod shielded;
 mod staged;
 
 use std::time::Duration;
@@ -13,7 +14,7 @@ use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{PgPool, Postgres, Row as _, Transaction};
 
-use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, StoredResponse};
+use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
 /// it to the claim's wait. Both happen inside the prepared claim, before its insert can
@@ -271,33 +272,21 @@ impl Backend for Postgres {
         req: &ClaimRequest<'_>,
         response: &StoredResponse<'_>,
     ) -> Result<Completion, sqlx::Error> {
-        let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-        let staged = if response.body.len() > staged::STAGE_ABOVE {
-            Some(staged::stage(conn, req.scope, response.body).await?)
-        } else {
-            None
-        };
-        // $1..$4 alike; $5 is the body, or the nonce it was staged under.
-        let completion = sqlx::query_scalar(if staged.is_some() {
-            COMPLETE_STAGED
-        } else {
-            COMPLETE
-        })
-        .bind(req.scope)
-        .bind(req.key)
-        .bind(status)
-        .bind(response.headers);
-        let completion = match staged {
-            Some(nonce) => completion.bind(nonce),
-            None => completion.bind(response.body),
-        };
-        let in_transaction: Option<bool> = completion.fetch_optional(&mut *conn).await?;
-        shrink_after(conn, response.headers.len() + response.body.len());
-        Ok(match in_transaction {
-            None => Completion::RowGone,
-            Some(true) => Completion::Recorded,
-            Some(false) => Completion::OutsideTransaction,
-        })
+        complete_key(conn, req.scope, req.key, response).await
+    }
+
+    /// A staged body's completion runs in a task of its own (`shielded`); a bound one's
+    /// statement is safe to drop, as every statement sqlx runs outside a `COPY` is.
+    async fn complete_shielded(
+        mut txn: Transaction<'static, Self>,
+        req: &ClaimRequest<'_>,
+        response: OwnedResponse,
+    ) -> (Transaction<'static, Self>, Result<Completion, sqlx::Error>) {
+        if response.body.len() <= staged::STAGE_ABOVE {
+            let completion = complete_key(&mut txn, req.scope, req.key, &response.stored()).await;
+            return (txn, completion);
+        }
+        shielded::complete(txn, req, response).await
     }
 
     fn is_lock_timeout(error: &sqlx::Error) -> bool {
@@ -307,6 +296,42 @@ impl Backend for Postgres {
     fn is_aborted_transaction(error: &sqlx::Error) -> bool {
         sqlstate_is(error, IN_FAILED_SQL_TRANSACTION)
     }
+}
+
+/// The single-transaction completion of `scope`'s `key`: the body bound, or staged first.
+async fn complete_key(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+    response: &StoredResponse<'_>,
+) -> Result<Completion, sqlx::Error> {
+    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+    let staged = if response.body.len() > staged::STAGE_ABOVE {
+        Some(staged::stage(conn, scope, response.body).await?)
+    } else {
+        None
+    };
+    // $1..$4 alike; $5 is the body, or the nonce it was staged under.
+    let completion = sqlx::query_scalar(if staged.is_some() {
+        COMPLETE_STAGED
+    } else {
+        COMPLETE
+    })
+    .bind(scope)
+    .bind(key)
+    .bind(status)
+    .bind(response.headers);
+    let completion = match staged {
+        Some(nonce) => completion.bind(nonce),
+        None => completion.bind(response.body),
+    };
+    let in_transaction: Option<bool> = completion.fetch_optional(&mut *conn).await?;
+    shrink_after(conn, response.headers.len() + response.body.len());
+    Ok(match in_transaction {
+        None => Completion::RowGone,
+        Some(true) => Completion::Recorded,
+        Some(false) => Completion::OutsideTransaction,
+    })
 }
 
 /// sqlx keeps a connection's read and write buffers as large as the largest message they

@@ -14,7 +14,7 @@ use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::{Postgres, Transaction};
 
 use crate::store::KeyColumns;
-use crate::store::{AttemptRef, AttemptRow, ClaimRequest, PhaseRecord, PhasedClaim};
+use crate::store::{AttemptRef, AttemptRow, ClaimRequest, OwnedResponse, PhaseRecord, PhasedClaim};
 
 /// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
 /// fencing token doubles as its generation. As in the single-transaction claim, a row
@@ -328,6 +328,19 @@ impl PhaseStore for Postgres {
             super::shrink_after(conn, response.headers.len() + response.body.len());
             Ok(completed.is_some())
         })
+    }
+
+    /// A staged body's completion runs in a task of its own (`super::shielded`).
+    async fn complete_phased_shielded(
+        pool: &sqlx::PgPool,
+        attempt: &AttemptRef<'_>,
+        response: OwnedResponse,
+    ) -> sqlx::Result<bool> {
+        if response.body.len() > super::staged::STAGE_ABOVE {
+            return super::shielded::complete_phased(pool, attempt, response).await;
+        }
+        let mut conn = pool.acquire().await?;
+        Self::complete_phased(&mut conn, attempt, &response.stored()).await
     }
 }
 
