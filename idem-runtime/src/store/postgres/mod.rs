@@ -91,14 +91,19 @@ pub(super) const MIGRATION_LOCK: i64 = 0x6964_656d_5f6d_6967;
 /// this statement's snapshot; the caller then reads it with `SELECT_EXISTING`.
 ///
 /// Every new row draws its generation, so that no two lives of a key share one: the
-/// stored response of one life is sealed to it and does not open in another.
+/// stored response of one life is sealed to it and does not open in another. It is drawn
+/// in `cfg`, beside the lock timeout: a volatile call in the insert's own `SELECT` keeps
+/// the planner from flattening that `SELECT` into the insert, and the subquery scan left
+/// in the plan was set up anew on every execution (`idem-bench/profile-postgres.sh`:
+/// 6 800 instructions per request). Drawing it there costs no more values: the insert
+/// builds its row, and so drew the value, before its conflict check found a key.
 pub const CLAIM: &str = concat!(
     "WITH cfg AS MATERIALIZED (",
     claim_lock_timeout!("$7"),
-    "),
+    ", nextval('idem_attempts') AS next_generation),
 ins AS (
     INSERT INTO idem_keys (scope, idem_key, request_hash, method, path, expires_at, generation)
-    SELECT $1, $2, $3, $4, $5, now() + $6, nextval('idem_attempts') FROM cfg
+    SELECT $1, $2, $3, $4, $5, now() + $6, next_generation FROM cfg
     ON CONFLICT (scope, idem_key) DO NOTHING
     RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true),
               generation
@@ -143,17 +148,35 @@ gone AS (
 SELECT set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true), generation
   FROM k";
 
-/// The RETURNING value is false when the transaction-local marker set at `BEGIN` is
-/// gone, which means the handler ended idem's transaction and this ran on its own.
+/// Records the response while idem's transaction is still open: the transaction-local
+/// marker the claim set (the saved lock timeout) is gone once the handler has ended that
+/// transaction, and then no row is updated. The caller tells a row that is gone from a
+/// transaction that ended with [`COMPLETE_CHECKED`], which only a handler that ended the
+/// transaction itself ever needs. A first execution so learns everything from the update
+/// count, and its completion has no RETURNING clause: that projection and the result
+/// PostgreSQL holds for it were 13 000 of its instructions per request
+/// (`idem-bench/profile-postgres.sh`, `idem-guarded`).
 pub const COMPLETE: &str = "\
+UPDATE idem_keys
+   SET state = 'completed', response_status = $3, response_headers = $4,
+       response_body = $5, locked_until = NULL
+ WHERE scope = $1 AND idem_key = $2
+   AND current_setting('idem.outer_lock_timeout', true) <> ''";
+
+/// [`COMPLETE`] after it updated no row: records the response wherever the connection
+/// now is, and returns false when the marker is gone, that is when the handler ended
+/// idem's transaction and this ran on its own; no row when the key's row is gone.
+const COMPLETE_CHECKED: &str = "\
 UPDATE idem_keys
    SET state = 'completed', response_status = $3, response_headers = $4,
        response_body = $5, locked_until = NULL
  WHERE scope = $1 AND idem_key = $2
 RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
 
-/// [`COMPLETE`] for a body staged by `staged::stage`: $5 is the staged row's nonce, and
-/// the row goes in the same statement, whether or not the key's row is still there.
+/// [`COMPLETE_CHECKED`] for a body staged by `staged::stage`: $5 is the staged row's
+/// nonce, and the row goes in the same statement, whether or not the key's row is still
+/// there. It keeps the RETURNING clause: a second statement after one that updated
+/// nothing would find the staged row gone.
 const COMPLETE_STAGED: &str = "\
 WITH staged AS (
     DELETE FROM idem_staged_bodies WHERE scope = $1 AND nonce = $5 RETURNING body
@@ -305,27 +328,30 @@ async fn complete_key(
     key: &str,
     response: &StoredResponse<'_>,
 ) -> Result<Completion, sqlx::Error> {
-    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
-    let staged = if response.body.len() > staged::STAGE_ABOVE {
-        Some(staged::stage(conn, scope, response.body).await?)
+    let in_transaction: Option<bool> = if response.body.len() > staged::STAGE_ABOVE {
+        // The staged row goes with the first statement that runs, so a large body is
+        // stored by one that also tells where it ran.
+        let nonce = staged::stage(conn, scope, response.body).await?;
+        let row = bind_completion(COMPLETE_STAGED, scope, key, response)
+            .bind(nonce)
+            .fetch_optional(&mut *conn)
+            .await?;
+        row.map(|row| row.try_get(0)).transpose()?
     } else {
-        None
+        let done = bind_completion(COMPLETE, scope, key, response)
+            .bind(response.body)
+            .execute(&mut *conn)
+            .await?;
+        if done.rows_affected() > 0 {
+            Some(true)
+        } else {
+            let row = bind_completion(COMPLETE_CHECKED, scope, key, response)
+                .bind(response.body)
+                .fetch_optional(&mut *conn)
+                .await?;
+            row.map(|row| row.try_get(0)).transpose()?
+        }
     };
-    // $1..$4 alike; $5 is the body, or the nonce it was staged under.
-    let completion = sqlx::query_scalar(if staged.is_some() {
-        COMPLETE_STAGED
-    } else {
-        COMPLETE
-    })
-    .bind(scope)
-    .bind(key)
-    .bind(status)
-    .bind(response.headers);
-    let completion = match staged {
-        Some(nonce) => completion.bind(nonce),
-        None => completion.bind(response.body),
-    };
-    let in_transaction: Option<bool> = completion.fetch_optional(&mut *conn).await?;
     shrink_after(conn, response.headers.len() + response.body.len());
     Ok(match in_transaction {
         None => Completion::RowGone,
@@ -348,6 +374,22 @@ fn shrink_after(conn: &mut PgConnection, stored: usize) {
         // of its part and takes a fresh small buffer.
         sqlx::Connection::shrink_buffers(conn);
     }
+}
+
+/// Binds $1..$4 of a completion: scope, key, status and header block; $5 is the body,
+/// or the nonce it was staged under.
+fn bind_completion<'q>(
+    sql: &'static str,
+    scope: &'q str,
+    key: &'q str,
+    response: &'q StoredResponse<'_>,
+) -> sqlx::query::Query<'q, Postgres, PgArguments> {
+    let status = i16::try_from(response.status).expect("HTTP status codes fit in i16");
+    sqlx::query(sql)
+        .bind(scope)
+        .bind(key)
+        .bind(status)
+        .bind(response.headers)
 }
 
 /// The new generation, if the key was reclaimed.
