@@ -61,8 +61,6 @@ async fn app(env: &Env) -> TestApp {
         .await
         .expect("the effects table");
     support::service_with(&env.idem(), |cfg| {
-        // The shared routes too, though these tests use their own.
-        large_support::routes(cfg);
         cfg.route("/test/drops/single", web::post().to(single))
             .route("/test/drops/phased", web::post().to(phased));
     })

@@ -62,8 +62,6 @@ async fn app(env: &Env) -> TestApp {
     .await
     .expect("the effects table");
     support::service_with(&env.idem(), |cfg| {
-        // The shared routes too, though these tests use their own.
-        large_support::routes(cfg);
         cfg.route("/test/fails/single", web::post().to(single))
             .route("/test/fails/phased", web::post().to(phased));
     })

@@ -45,7 +45,6 @@ async fn staged_rows(pool: &PgPool) -> i64 {
 async fn a_handler_that_commits_itself_leaves_no_staged_body() {
     let env = Env::new().await;
     let app = support::service_with(&env.idem(), |cfg| {
-        large_support::routes(cfg);
         cfg.route("/test/committing", web::post().to(committing));
     })
     .await;
@@ -61,7 +60,6 @@ async fn a_handler_that_commits_itself_leaves_no_staged_body() {
 async fn the_sweep_deletes_what_a_handler_that_commits_itself_left_staged() {
     let env = Env::new().await;
     let app = support::service_with(&env.idem(), |cfg| {
-        large_support::routes(cfg);
         cfg.route("/test/committing", web::post().to(committing));
     })
     .await;

@@ -4,6 +4,8 @@
 //! a binary of its own for its allocator), on both frameworks. Each handler's work is
 //! written once, below; the actix-web and axum handlers only extract and call it.
 
+#![allow(dead_code)] // Each test file uses the part of this module it needs.
+
 use actix_web::web;
 use axum::Router;
 use axum::extract::Path;
