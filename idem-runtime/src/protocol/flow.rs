@@ -116,10 +116,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         &self,
         claim: &ClaimRequest<'_>,
     ) -> Result<(Transaction<'static, DB>, i64, Option<Held>), Done<W>> {
-        if let Some(answer) = self.answer_from_read(claim, false).await {
-            return Err(answer);
-        }
-        let mut txn = self.begin(claim, false).await?;
+        let mut txn = self.open(claim, false).await?;
         match timed!(self.policy, "claim", DB::claim(&mut txn, claim)) {
             Ok(Claim::Claimed { generation }) => {
                 let held = DB::ONE_WRITER.then(|| self.idem.in_flight().hold(claim));
@@ -256,7 +253,8 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         head: &W::Head,
         body: &Bytes,
     ) -> Result<(), sqlx::Error> {
-        let mut txn = DB::begin(self.idem.pool(), self.idem.opening()).await?;
+        let conn = self.idem.pool().acquire().await?;
+        let mut txn = DB::begin(conn, self.idem.opening()).await?;
         if let Claim::Claimed { generation } = DB::claim(&mut txn, claim).await? {
             let sealed = self.seal_response(claim, generation, head, body);
             DB::complete(&mut txn, claim, &sealed.stored()).await?;

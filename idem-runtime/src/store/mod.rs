@@ -18,6 +18,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Transaction};
 
 pub(crate) mod choice;
@@ -79,10 +80,12 @@ pub trait Backend:
     #[doc(hidden)]
     fn opening(claim_wait: Duration) -> Self::Opening;
 
-    /// Opens the request's transaction.
+    /// Opens the request's transaction on `conn`: on a [`ONE_WRITER`](Self::ONE_WRITER)
+    /// backend, the connection the key was [`peek`](Self::peek)ed on, so a request takes
+    /// one connection from the pool, not one for the read and another for the write.
     #[doc(hidden)]
     fn begin(
-        pool: &Pool<Self>,
+        conn: PoolConnection<Self>,
         opening: &Self::Opening,
     ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>>;
 
@@ -130,12 +133,15 @@ pub trait Backend:
     /// lock, so a replay or an in-progress answer need not wait for another request's
     /// write. Only a [`ONE_WRITER`](Self::ONE_WRITER) backend needs it; the others claim
     /// at once and answer `None` without a query.
+    ///
+    /// The read must leave no transaction (nor a read snapshot) open on `conn`:
+    /// [`begin`](Self::begin) opens the request's transaction on the same connection next.
     #[doc(hidden)]
     fn peek(
-        pool: &Pool<Self>,
+        conn: &mut Self::Connection,
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Option<PeekedKey>, sqlx::Error>> {
-        let _ = (pool, request);
+        let _ = (conn, request);
         async { Ok(None) }
     }
 

@@ -2,7 +2,8 @@
 //! concern (the single-transaction claim here, the others beside it).
 //!
 //! SQLite lets one writer at a time into a database, so a request first reads its key
-//! with a plain read on the pool ([`Backend::peek`]), which WAL mode lets through while
+//! with a plain read ([`Backend::peek`]) on the connection it then opens its transaction
+//! on, if it must (one pool acquisition per request), which WAL mode lets through while
 //! another request writes: a replay, a 422 or the 409 of a phased attempt holding its
 //! lease is answered from that read, without waiting for any writer. Only a key that is
 //! absent, or must be reclaimed or taken over, goes on to `BEGIN IMMEDIATE`, which takes
@@ -30,7 +31,7 @@ use futures_util::TryStreamExt;
 use sqlx::pool::PoolConnection;
 use sqlx::query::QueryAs;
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
-use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
+use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, Transaction};
 
 use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, PeekedKey, StoredResponse};
 
@@ -179,10 +180,10 @@ impl Backend for Sqlite {
     }
 
     async fn begin(
-        pool: &SqlitePool,
+        conn: PoolConnection<Sqlite>,
         opening: &Arc<str>,
     ) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        let mut begun = Beginning(Some(pool.acquire().await?));
+        let mut begun = Beginning(Some(conn));
         // The application's busy timeout (the first row; setting it answers the new one),
         // restored once the write lock is ours (or was not to be had): its own statements
         // keep waiting as long as it configured. Read in the same trip to the
@@ -302,16 +303,19 @@ impl Backend for Sqlite {
 
     const ONE_WRITER: bool = true;
 
-    /// A plain read on the pool: in WAL mode it proceeds while another connection holds
-    /// the write lock, so a replay never queues behind a request for another key.
+    /// A plain read in autocommit mode: in WAL mode it proceeds while another connection
+    /// holds the write lock, so a replay never queues behind a request for another key.
+    /// sqlx resets the statement once it has the row (or none), which ends the read's
+    /// snapshot before the answer comes back: the `BEGIN IMMEDIATE` that may follow on
+    /// this connection starts from the newest commit, not from this read's.
     async fn peek(
-        pool: &SqlitePool,
+        conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
     ) -> Result<Option<PeekedKey>, sqlx::Error> {
         let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
             .bind(req.scope)
             .bind(req.key)
-            .fetch_optional(pool)
+            .fetch_optional(conn)
             .await?;
         Ok(row.map(|row| PeekedKey {
             expired: row.expired,
