@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use sqlx::Transaction;
+use sqlx::pool::PoolConnection;
 use tracing::Instrument;
 
 use crate::protocol::config::Idem;
@@ -125,43 +126,57 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         })
     }
 
-    /// Opens the request's transaction, or answers without one: from a read of the key
-    /// when it is held already (see [`answer_from_read`](Self::answer_from_read)), or why
-    /// the transaction could not be opened. `phased`: the claim is the phased form's.
+    /// The connection a request opens its transaction on, or the answer without one:
+    /// on a backend with one writer, from a read of the key on that connection when the
+    /// key is held already (see [`answer_from_read`](Self::answer_from_read)).
+    /// `phased`: the claim is the phased form's.
     ///
     /// The read and the transaction share one pool connection: taking one for the read
     /// and another for the write cost a second acquisition and release (and the ping
     /// sqlx sends when a connection comes back) on every first execution.
-    pub(crate) async fn open(
+    pub(crate) async fn connection(
         &self,
         claim: &ClaimRequest<'_>,
         phased: bool,
-    ) -> Result<Transaction<'static, DB>, Done<W>> {
-        let pool = self.idem.pool();
-        let read_on = if DB::ONE_WRITER {
-            let mut conn = match pool.acquire().await {
-                Ok(conn) => conn,
-                Err(error) => return Err(answer::<W>(storage_unavailable(&error))),
-            };
+    ) -> Result<PoolConnection<DB>, Done<W>> {
+        let mut conn = match self.idem.pool().acquire().await {
+            Ok(conn) => conn,
+            Err(error) => return Err(answer::<W>(storage_unavailable(&error))),
+        };
+        if DB::ONE_WRITER {
             if let Some(answer) = self.answer_from_read(&mut conn, claim, phased).await {
                 return Err(answer);
             }
-            Some(conn)
-        } else {
-            None
-        };
-        let begun = async {
-            let conn = match read_on {
-                Some(conn) => conn,
-                None => pool.acquire().await?,
-            };
-            DB::begin(conn, self.idem.opening()).await
-        };
-        match timed!(self.policy, "begin", begun) {
+        }
+        Ok(conn)
+    }
+
+    /// Opens the request's transaction on the [`connection`](Self::connection) its key
+    /// was read on, or answers why it could not.
+    pub(crate) async fn begin(
+        &self,
+        conn: PoolConnection<DB>,
+        claim: &ClaimRequest<'_>,
+        phased: bool,
+    ) -> Result<Transaction<'static, DB>, Done<W>> {
+        match timed!(self.policy, "begin", DB::begin(conn, self.idem.opening())) {
             Ok(txn) => Ok(txn),
+            Err(error) => Err(self.begin_failed(&error, claim, phased).await),
+        }
+    }
+
+    /// The answer to a failed opening of the request's transaction.
+    pub(crate) async fn begin_failed(
+        &self,
+        error: &sqlx::Error,
+        claim: &ClaimRequest<'_>,
+        phased: bool,
+    ) -> Done<W> {
+        if DB::is_lock_timeout(error) {
             // SQLite: another request holds the database's write lock past `claim_wait`.
-            Err(error) if DB::is_lock_timeout(&error) => Err(self.busy(claim, phased).await),
-            Err(error) => Err(answer::<W>(storage_unavailable(&error))),
+            self.busy(claim, phased).await
+        } else {
+            answer::<W>(storage_unavailable(error))
         }
     }
 

@@ -41,8 +41,8 @@ pub(crate) use records::{
 };
 pub(crate) use requests::KeyColumns;
 pub(crate) use requests::{
-    AttemptRef, AttemptRow, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow, PeekedKey,
-    PhaseRecord, PhasedClaim, StoredResponse,
+    AttemptRef, AttemptRow, Claim, ClaimFailed, ClaimRequest, Completion, ExistingKey, OutboxRow,
+    PeekedKey, PhaseRecord, PhasedClaim, StoredResponse,
 };
 
 /// Name of the table that records which of idem's migrations ran.
@@ -98,6 +98,32 @@ pub trait Backend:
         conn: &mut Self::Connection,
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Claim, sqlx::Error>>;
+
+    /// Whether [`begin_claim`](Self::begin_claim) sends the claim with the `BEGIN`, in
+    /// one trip to the database: then the single-transaction form takes it rather than
+    /// [`begin`](Self::begin) and [`claim`](Self::claim), and times the two as one.
+    #[doc(hidden)]
+    const CLAIMS_WITH_BEGIN: bool = false;
+
+    /// Opens the request's transaction on `conn` and claims the key in it: what
+    /// [`begin`](Self::begin) and then [`claim`](Self::claim) do, which a backend may send
+    /// to the database together. The transaction is returned whatever the claim found.
+    #[doc(hidden)]
+    fn begin_claim(
+        conn: PoolConnection<Self>,
+        opening: &Self::Opening,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<(Transaction<'static, Self>, Claim), ClaimFailed>> {
+        async move {
+            let mut txn = Self::begin(conn, opening)
+                .await
+                .map_err(ClaimFailed::Begin)?;
+            let claim = Self::claim(&mut txn, request)
+                .await
+                .map_err(ClaimFailed::Claim)?;
+            Ok((txn, claim))
+        }
+    }
 
     /// Marks the claimed key completed with its response, in the same transaction.
     #[doc(hidden)]

@@ -154,7 +154,8 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         claim: &ClaimRequest<'_>,
         lease: Duration,
     ) -> Result<AttemptRow, Done<W>> {
-        let mut txn = self.open(claim, true).await?;
+        let conn = self.connection(claim, true).await?;
+        let mut txn = self.begin(conn, claim, true).await?;
         let row = match timed!(
             self.policy,
             "claim",
