@@ -143,10 +143,10 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             Ok(conn) => conn,
             Err(error) => return Err(answer::<W>(storage_unavailable(&error))),
         };
-        if DB::ONE_WRITER {
-            if let Some(answer) = self.answer_from_read(&mut conn, claim, phased).await {
-                return Err(answer);
-            }
+        if DB::ONE_WRITER
+            && let Some(answer) = self.answer_from_read(&mut conn, claim, phased).await
+        {
+            return Err(answer);
         }
         Ok(conn)
     }
@@ -263,10 +263,10 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         } else {
             None
         };
-        if let Some(mut conn) = reread {
-            if let Some(answer) = self.answer_from_read(&mut conn, claim, phased).await {
-                return answer;
-            }
+        if let Some(mut conn) = reread
+            && let Some(answer) = self.answer_from_read(&mut conn, claim, phased).await
+        {
+            return answer;
         }
         tracing::warn!(
             handler = self.policy.handler(),
