@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use sqlx::Transaction;
+use sqlx::pool::PoolConnection;
 use tracing::Instrument;
 
 use crate::protocol::config::Idem;
@@ -125,39 +126,72 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         })
     }
 
-    /// Opens the request's transaction, or answers why it could not. `phased`: the
-    /// claim is the phased form's.
+    /// The connection a request opens its transaction on, or the answer without one:
+    /// on a backend with one writer, from a read of the key on that connection when the
+    /// key is held already (see [`answer_from_read`](Self::answer_from_read)).
+    /// `phased`: the claim is the phased form's.
+    ///
+    /// The read and the transaction share one pool connection: taking one for the read
+    /// and another for the write cost a second acquisition and release (and the ping
+    /// sqlx sends when a connection comes back) on every first execution.
+    pub(crate) async fn connection(
+        &self,
+        claim: &ClaimRequest<'_>,
+        phased: bool,
+    ) -> Result<PoolConnection<DB>, Done<W>> {
+        let mut conn = match self.idem.pool().acquire().await {
+            Ok(conn) => conn,
+            Err(error) => return Err(answer::<W>(storage_unavailable(&error))),
+        };
+        if DB::ONE_WRITER
+            && let Some(answer) = self.answer_from_read(&mut conn, claim, phased).await
+        {
+            return Err(answer);
+        }
+        Ok(conn)
+    }
+
+    /// Opens the request's transaction on the [`connection`](Self::connection) its key
+    /// was read on, or answers why it could not.
     pub(crate) async fn begin(
         &self,
+        conn: PoolConnection<DB>,
         claim: &ClaimRequest<'_>,
         phased: bool,
     ) -> Result<Transaction<'static, DB>, Done<W>> {
-        match timed!(
-            self.policy,
-            "begin",
-            DB::begin(self.idem.pool(), self.idem.opening())
-        ) {
+        match timed!(self.policy, "begin", DB::begin(conn, self.idem.opening())) {
             Ok(txn) => Ok(txn),
-            // SQLite: another request holds the database's write lock past `claim_wait`.
-            Err(error) if DB::is_lock_timeout(&error) => Err(self.busy(claim, phased).await),
-            Err(error) => Err(answer::<W>(storage_unavailable(&error))),
+            Err(error) => Err(self.begin_failed(&error, claim, phased).await),
         }
     }
 
-    /// On a backend that lets one writer in at a time, answers from a plain read a
-    /// request whose key is held already (a replay, a 422, a 409 for a live lease), so it
-    /// never waits for another request's write lock. `None`: the key is absent, or must
-    /// be reclaimed (`phased`: or taken over), which needs the write lock; or the read
-    /// failed, and the claim will fail the same way or see the row itself.
-    pub(crate) async fn answer_from_read(
+    /// The answer to a failed opening of the request's transaction.
+    pub(crate) async fn begin_failed(
         &self,
+        error: &sqlx::Error,
+        claim: &ClaimRequest<'_>,
+        phased: bool,
+    ) -> Done<W> {
+        if DB::is_lock_timeout(error) {
+            // SQLite: another request holds the database's write lock past `claim_wait`.
+            self.busy(claim, phased).await
+        } else {
+            answer::<W>(storage_unavailable(error))
+        }
+    }
+
+    /// On a backend that lets one writer in at a time, answers from a plain read on
+    /// `conn` a request whose key is held already (a replay, a 422, a 409 for a live
+    /// lease), so it never waits for another request's write lock. `None`: the key is
+    /// absent, or must be reclaimed (`phased`: or taken over), which needs the write lock;
+    /// or the read failed, and the claim will fail the same way or see the row itself.
+    async fn answer_from_read(
+        &self,
+        conn: &mut DB::Connection,
         claim: &ClaimRequest<'_>,
         phased: bool,
     ) -> Option<Done<W>> {
-        if !DB::ONE_WRITER {
-            return None;
-        }
-        let peeked = match timed!(self.policy, "read", DB::peek(self.idem.pool(), claim)) {
+        let peeked = match timed!(self.policy, "read", DB::peek(conn, claim)) {
             Ok(peeked) => peeked?,
             Err(error) => {
                 tracing::debug!(%error, "could not read the key; claiming it instead");
@@ -221,8 +255,17 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             return answer::<W>(in_progress());
         }
         // The first read saw no committed key; the lock may since have passed from the
-        // key's holder, after its commit, to any other writer.
-        if let Some(answer) = self.answer_from_read(claim, phased).await {
+        // key's holder, after its commit, to any other writer. The first read's connection
+        // went back to the pool with the failed begin (which restored its busy timeout);
+        // after a wait of `claim_wait`, taking one again is no cost worth saving.
+        let reread = if DB::ONE_WRITER {
+            self.idem.pool().acquire().await.ok()
+        } else {
+            None
+        };
+        if let Some(mut conn) = reread
+            && let Some(answer) = self.answer_from_read(&mut conn, claim, phased).await
+        {
             return answer;
         }
         tracing::warn!(

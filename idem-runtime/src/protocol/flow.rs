@@ -21,7 +21,7 @@ use crate::protocol::problem::{Problem, ProblemKind};
 #[cfg(feature = "axum")]
 use crate::protocol::tx::Slot;
 use crate::protocol::tx::Tx;
-use crate::store::{Backend, Claim, ClaimRequest, Completion};
+use crate::store::{Backend, Claim, ClaimFailed, ClaimRequest, Completion};
 
 /// Header added to every replayed response.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -116,25 +116,35 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         &self,
         claim: &ClaimRequest<'_>,
     ) -> Result<(Transaction<'static, DB>, i64, Option<Held>), Done<W>> {
-        if let Some(answer) = self.answer_from_read(claim, false).await {
-            return Err(answer);
-        }
-        let mut txn = self.begin(claim, false).await?;
-        match timed!(self.policy, "claim", DB::claim(&mut txn, claim)) {
-            Ok(Claim::Claimed { generation }) => {
+        let conn = self.connection(claim, false).await?;
+        let claimed = if DB::CLAIMS_WITH_BEGIN {
+            let claimed = DB::begin_claim(conn, self.idem.opening(), claim);
+            timed!(self.policy, "claim", claimed)
+        } else {
+            let mut txn = self.begin(conn, claim, false).await?;
+            match timed!(self.policy, "claim", DB::claim(&mut txn, claim)) {
+                Ok(claimed) => Ok((txn, claimed)),
+                Err(error) => Err(ClaimFailed::Claim(error)),
+            }
+        };
+        match claimed {
+            Ok((txn, Claim::Claimed { generation })) => {
                 let held = DB::ONE_WRITER.then(|| self.idem.in_flight().hold(claim));
                 Ok((txn, generation, held))
             }
-            Ok(Claim::Existing(existing)) => {
+            Ok((txn, Claim::Existing(existing))) => {
                 // Nothing was written. Dropping the transaction queues its ROLLBACK, which
                 // sqlx sends with the ping it makes when the connection returns to the
                 // pool: one round trip fewer on the request's path.
                 drop(txn);
                 Err(self.answer_existing(existing, claim))
             }
-            Ok(Claim::Vanished) => Err(answer::<W>(in_progress())),
-            Err(error) if DB::is_lock_timeout(&error) => Err(answer::<W>(in_progress())),
-            Err(error) => Err(answer::<W>(storage_unavailable(&error))),
+            Ok((_, Claim::Vanished)) => Err(answer::<W>(in_progress())),
+            Err(ClaimFailed::Begin(error)) => Err(self.begin_failed(&error, claim, false).await),
+            Err(ClaimFailed::Claim(error)) if DB::is_lock_timeout(&error) => {
+                Err(answer::<W>(in_progress()))
+            }
+            Err(ClaimFailed::Claim(error)) => Err(answer::<W>(storage_unavailable(&error))),
         }
     }
 
@@ -259,8 +269,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         head: &W::Head,
         body: &Bytes,
     ) -> Result<(), sqlx::Error> {
-        let mut txn = DB::begin(self.idem.pool(), self.idem.opening()).await?;
-        if let Claim::Claimed { generation } = DB::claim(&mut txn, claim).await? {
+        let conn = self.idem.pool().acquire().await?;
+        let (txn, claimed) = DB::begin_claim(conn, self.idem.opening(), claim)
+            .await
+            .map_err(|(ClaimFailed::Begin(error) | ClaimFailed::Claim(error))| error)?;
+        if let Claim::Claimed { generation } = claimed {
             let stored = self
                 .seal_response(claim, generation, head, body)
                 .into_owned(body);

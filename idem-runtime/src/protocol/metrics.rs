@@ -14,7 +14,9 @@
 //! `endpoint` is the route's path pattern (e.g. `/orders`) when `#[idempotent]` could see
 //! it (written above the route attribute), else the handler's name; `handler` is the
 //! handler function's name. `statement` is `read` (SQLite: the key read before any write),
-//! `begin`, `claim`, `take_over`, `complete` or `commit`.
+//! `begin`, `claim`, `take_over`, `complete` or `commit`. On SQLite the single-transaction
+//! form sends its claim with the `BEGIN`, and its `claim` includes the `begin` (and the
+//! wait for the write lock).
 //!
 //! The outcomes, the same strings as the `outcome` field of the `idempotent` tracing span:
 //!

@@ -166,7 +166,10 @@ where
 
     fn opening(_: Duration) -> Self::Opening {}
 
-    async fn begin(_: &Pool<Self>, (): &()) -> Result<Transaction<'static, Self>, sqlx::Error> {
+    async fn begin(
+        _: sqlx::pool::PoolConnection<Self>,
+        (): &(),
+    ) -> Result<Transaction<'static, Self>, sqlx::Error> {
         unreachable!("BothBackendsEnabled is no database")
     }
 

@@ -18,6 +18,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Transaction};
 
 pub(crate) mod choice;
@@ -40,8 +41,8 @@ pub(crate) use records::{
 };
 pub(crate) use requests::KeyColumns;
 pub(crate) use requests::{
-    AttemptRef, AttemptRow, Claim, ClaimRequest, Completion, ExistingKey, OutboxRow, OwnedResponse,
-    PeekedKey, PhaseRecord, PhasedClaim, StoredResponse,
+    AttemptRef, AttemptRow, Claim, ClaimFailed, ClaimRequest, Completion, ExistingKey, OutboxRow,
+    OwnedResponse, PeekedKey, PhaseRecord, PhasedClaim, StoredResponse,
 };
 
 /// Name of the table that records which of idem's migrations ran.
@@ -79,10 +80,12 @@ pub trait Backend:
     #[doc(hidden)]
     fn opening(claim_wait: Duration) -> Self::Opening;
 
-    /// Opens the request's transaction.
+    /// Opens the request's transaction on `conn`: on a [`ONE_WRITER`](Self::ONE_WRITER)
+    /// backend, the connection the key was [`peek`](Self::peek)ed on, so a request takes
+    /// one connection from the pool, not one for the read and another for the write.
     #[doc(hidden)]
     fn begin(
-        pool: &Pool<Self>,
+        conn: PoolConnection<Self>,
         opening: &Self::Opening,
     ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>>;
 
@@ -95,6 +98,32 @@ pub trait Backend:
         conn: &mut Self::Connection,
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Claim, sqlx::Error>>;
+
+    /// Whether [`begin_claim`](Self::begin_claim) sends the claim with the `BEGIN`, in
+    /// one trip to the database: then the single-transaction form takes it rather than
+    /// [`begin`](Self::begin) and [`claim`](Self::claim), and times the two as one.
+    #[doc(hidden)]
+    const CLAIMS_WITH_BEGIN: bool = false;
+
+    /// Opens the request's transaction on `conn` and claims the key in it: what
+    /// [`begin`](Self::begin) and then [`claim`](Self::claim) do, which a backend may send
+    /// to the database together. The transaction is returned whatever the claim found.
+    #[doc(hidden)]
+    fn begin_claim(
+        conn: PoolConnection<Self>,
+        opening: &Self::Opening,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<(Transaction<'static, Self>, Claim), ClaimFailed>> {
+        async move {
+            let mut txn = Self::begin(conn, opening)
+                .await
+                .map_err(ClaimFailed::Begin)?;
+            let claim = Self::claim(&mut txn, request)
+                .await
+                .map_err(ClaimFailed::Claim)?;
+            Ok((txn, claim))
+        }
+    }
 
     /// Marks the claimed key completed with its response, in the same transaction.
     #[doc(hidden)]
@@ -148,12 +177,15 @@ pub trait Backend:
     /// lock, so a replay or an in-progress answer need not wait for another request's
     /// write. Only a [`ONE_WRITER`](Self::ONE_WRITER) backend needs it; the others claim
     /// at once and answer `None` without a query.
+    ///
+    /// The read must leave no transaction (nor a read snapshot) open on `conn`:
+    /// [`begin`](Self::begin) opens the request's transaction on the same connection next.
     #[doc(hidden)]
     fn peek(
-        pool: &Pool<Self>,
+        conn: &mut Self::Connection,
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Option<PeekedKey>, sqlx::Error>> {
-        let _ = (pool, request);
+        let _ = (conn, request);
         async { Ok(None) }
     }
 

@@ -40,6 +40,18 @@ pub enum Claim {
     Vanished,
 }
 
+/// Which step of [`Backend::begin_claim`](super::Backend::begin_claim) failed: a lock
+/// timeout means "the database's write lock is held" in the first, "the key's holder
+/// keeps it" in the second.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum ClaimFailed {
+    /// Opening the transaction failed; no transaction is open.
+    Begin(sqlx::Error),
+    /// The claim failed in the open transaction, which is rolled back.
+    Claim(sqlx::Error),
+}
+
 /// A key row written by an earlier request.
 #[doc(hidden)]
 #[derive(Debug)]

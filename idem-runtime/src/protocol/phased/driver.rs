@@ -46,9 +46,6 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         };
         let settings = self.idem.settings();
         let claim = identity.claim(scope, self.policy.retention(), settings.claim_wait());
-        if let Some(answer) = self.answer_from_read(&claim, true).await {
-            return answer;
-        }
         let row = match self.claim_phased(&claim, lease).await {
             Ok(row) => row,
             Err(answer) => return answer,
@@ -157,7 +154,8 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         claim: &ClaimRequest<'_>,
         lease: Duration,
     ) -> Result<AttemptRow, Done<W>> {
-        let mut txn = self.begin(claim, true).await?;
+        let conn = self.connection(claim, true).await?;
+        let mut txn = self.begin(conn, claim, true).await?;
         let row = match timed!(
             self.policy,
             "claim",

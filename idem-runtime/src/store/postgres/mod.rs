@@ -10,9 +10,10 @@ mod staged;
 
 use std::time::Duration;
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
-use sqlx::{PgPool, Postgres, Row as _, Transaction};
+use sqlx::{Postgres, Row as _, SqlSafeStr, Transaction};
 
 use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
 
@@ -246,8 +247,11 @@ impl Backend for Postgres {
 
     fn opening(_claim_wait: Duration) {}
 
-    async fn begin(pool: &PgPool, (): &()) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        pool.begin_with(BEGIN).await
+    async fn begin(
+        conn: PoolConnection<Self>,
+        (): &(),
+    ) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        Transaction::begin(conn, Some(BEGIN.into_sql_str())).await
     }
 
     async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {

@@ -2,7 +2,8 @@
 //! concern (the single-transaction claim here, the others beside it).
 //!
 //! SQLite lets one writer at a time into a database, so a request first reads its key
-//! with a plain read on the pool ([`Backend::peek`]), which WAL mode lets through while
+//! with a plain read ([`Backend::peek`]) on the connection it then opens its transaction
+//! on, if it must (one pool acquisition per request), which WAL mode lets through while
 //! another request writes: a replay, a 422 or the 409 of a phased attempt holding its
 //! lease is answered from that read, without waiting for any writer. Only a key that is
 //! absent, or must be reclaimed or taken over, goes on to `BEGIN IMMEDIATE`, which takes
@@ -30,9 +31,11 @@ use futures_util::TryStreamExt;
 use sqlx::pool::PoolConnection;
 use sqlx::query::QueryAs;
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
-use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, SqlitePool, Transaction};
+use sqlx::{AssertSqlSafe, SqlSafeStr, Sqlite, Transaction};
 
-use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, PeekedKey, StoredResponse};
+use super::{
+    Backend, Claim, ClaimFailed, ClaimRequest, Completion, KeyColumns, PeekedKey, StoredResponse,
+};
 
 /// The current time in microseconds since the Unix epoch, as an SQL expression. SQLite
 /// evaluates it once per statement, so every use in one statement agrees.
@@ -167,22 +170,25 @@ impl Drop for Beginning {
 impl Backend for Sqlite {
     /// The statements that read the connection's busy timeout, set it to the claim's
     /// wait and take the write lock; [`begin`](Self::begin) restores the connection's own
-    /// timeout afterwards. Prepared once per connection (sqlx caches them by their text).
-    type Opening = Arc<str>;
+    /// timeout afterwards. Second, the same followed by [`CLAIM`], for
+    /// [`begin_claim`](Self::begin_claim). Prepared once per connection (sqlx caches them
+    /// by their text).
+    type Opening = (Arc<str>, Arc<str>);
 
-    fn opening(claim_wait: Duration) -> Arc<str> {
-        format!(
+    fn opening(claim_wait: Duration) -> (Arc<str>, Arc<str>) {
+        let begin = format!(
             "PRAGMA busy_timeout; PRAGMA busy_timeout = {}; BEGIN IMMEDIATE",
             claim_wait.as_millis()
-        )
-        .into()
+        );
+        let claim = format!("{begin};\n{CLAIM}");
+        (begin.into(), claim.into())
     }
 
     async fn begin(
-        pool: &SqlitePool,
-        opening: &Arc<str>,
+        conn: PoolConnection<Sqlite>,
+        (opening, _): &(Arc<str>, Arc<str>),
     ) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        let mut begun = Beginning(Some(pool.acquire().await?));
+        let mut begun = Beginning(Some(conn));
         // The application's busy timeout (the first row; setting it answers the new one),
         // restored once the write lock is ours (or was not to be had): its own statements
         // keep waiting as long as it configured. Read in the same trip to the
@@ -225,6 +231,82 @@ impl Backend for Sqlite {
         }
     }
 
+    const CLAIMS_WITH_BEGIN: bool = true;
+
+    /// One trip to the connection's thread for the lock and the insert, where
+    /// [`begin`](Self::begin) and [`claim`](Self::claim) take two: the claim's statements
+    /// follow the `BEGIN IMMEDIATE` in one batch, before sqlx adopts the transaction (with
+    /// the restore of the busy timeout, as `begin` does). Holding the write lock, the
+    /// claim's statements wait for nothing, so the claim's wait still in force for them
+    /// changes nothing.
+    async fn begin_claim(
+        conn: PoolConnection<Sqlite>,
+        (_, opening): &(Arc<str>, Arc<str>),
+        req: &ClaimRequest<'_>,
+    ) -> Result<(Transaction<'static, Self>, Claim), ClaimFailed> {
+        let mut begun = Beginning(Some(conn));
+        // The rows: the application's busy timeout, the claim's wait (setting it answers
+        // the new value), then the generation if the insert won.
+        let (mut outer, mut generation) = (None, None);
+        let ran = {
+            let mut rows = bind_claim(
+                sqlx::query_as::<_, (i64,)>(AssertSqlSafe(Arc::clone(opening))),
+                req,
+            )
+            .fetch(begun.conn());
+            let mut index = 0;
+            loop {
+                match rows.try_next().await {
+                    Ok(Some((value,))) => {
+                        match index {
+                            0 => outer = Some(value),
+                            2 => generation = Some(value),
+                            _ => {}
+                        }
+                        index += 1;
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(error) => break Err(error),
+                }
+            }
+        };
+        let Some(outer) = outer else {
+            // The read failed: nothing was changed, and the guard closes the connection.
+            return Err(ClaimFailed::Begin(ran.err().unwrap_or_else(|| {
+                sqlx::Error::Protocol("PRAGMA busy_timeout answered no row".into())
+            })));
+        };
+        if let Err(error) = ran {
+            // The batch stopped at the failed statement: at `BEGIN IMMEDIATE` (no write
+            // lock within the claim's wait, and no transaction open), or in the claim
+            // (the transaction open, unknown to sqlx). Either way the connection gets its
+            // timeout back and ends what the batch began; the ROLLBACK tells which it was.
+            let cleanup = format!("PRAGMA busy_timeout = {outer}; ROLLBACK");
+            let failed = match sqlx::raw_sql(AssertSqlSafe(cleanup))
+                .execute(begun.conn())
+                .await
+            {
+                Ok(_) => ClaimFailed::Claim(error),
+                Err(none) if Self::is_no_transaction(&none) => ClaimFailed::Begin(error),
+                // The connection's state is unknown: the guard closes it.
+                Err(_) => return Err(ClaimFailed::Begin(error)),
+            };
+            drop(begun.finish());
+            return Err(failed);
+        }
+        let restore = format!("PRAGMA busy_timeout = {outer}");
+        // As in `begin`: the restore makes sqlx adopt the open transaction.
+        let mut txn =
+            Transaction::begin(begun.finish(), Some(AssertSqlSafe(restore).into_sql_str()))
+                .await
+                .map_err(ClaimFailed::Begin)?;
+        let claim = match generation {
+            Some(generation) => Claim::Claimed { generation },
+            None => held_key(&mut txn, req).await.map_err(ClaimFailed::Claim)?,
+        };
+        Ok((txn, claim))
+    }
+
     async fn claim(
         conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
@@ -235,23 +317,7 @@ impl Backend for Sqlite {
         if let Some((generation,)) = inserted {
             return Ok(Claim::Claimed { generation });
         }
-        let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
-            .bind(req.scope)
-            .bind(req.key)
-            .fetch_optional(&mut *conn)
-            .await?;
-        match row {
-            Some(row) if row.expired && row.lease_free => {
-                match reclaim_expired(conn, req, None).await? {
-                    Some((generation, _)) => Ok(Claim::Claimed { generation }),
-                    // The write lock is held, so the expired row read above is still there.
-                    None => Ok(Claim::Vanished),
-                }
-            }
-            Some(row) => Ok(Claim::Existing(row.key.into_existing())),
-            // The write lock is held: the row that made the insert conflict is still there.
-            None => Ok(Claim::Vanished),
-        }
+        held_key(conn, req).await
     }
 
     async fn complete(
@@ -302,16 +368,19 @@ impl Backend for Sqlite {
 
     const ONE_WRITER: bool = true;
 
-    /// A plain read on the pool: in WAL mode it proceeds while another connection holds
-    /// the write lock, so a replay never queues behind a request for another key.
+    /// A plain read in autocommit mode: in WAL mode it proceeds while another connection
+    /// holds the write lock, so a replay never queues behind a request for another key.
+    /// sqlx resets the statement once it has the row (or none), which ends the read's
+    /// snapshot before the answer comes back: the `BEGIN IMMEDIATE` that may follow on
+    /// this connection starts from the newest commit, not from this read's.
     async fn peek(
-        pool: &SqlitePool,
+        conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
     ) -> Result<Option<PeekedKey>, sqlx::Error> {
         let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
             .bind(req.scope)
             .bind(req.key)
-            .fetch_optional(pool)
+            .fetch_optional(conn)
             .await?;
         Ok(row.map(|row| PeekedKey {
             expired: row.expired,
@@ -327,6 +396,28 @@ impl Backend for Sqlite {
             || error
                 .as_database_error()
                 .is_some_and(|e| !matches!(e.kind(), sqlx::error::ErrorKind::Other))
+    }
+}
+
+/// The claim after its insert found the key taken: the row that holds it, or the key
+/// reclaimed as a new generation when that row's retention ended.
+async fn held_key(conn: &mut SqliteConnection, req: &ClaimRequest<'_>) -> sqlx::Result<Claim> {
+    let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
+        .bind(req.scope)
+        .bind(req.key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match row {
+        Some(row) if row.expired && row.lease_free => {
+            match reclaim_expired(conn, req, None).await? {
+                Some((generation, _)) => Ok(Claim::Claimed { generation }),
+                // The write lock is held, so the expired row read above is still there.
+                None => Ok(Claim::Vanished),
+            }
+        }
+        Some(row) => Ok(Claim::Existing(row.key.into_existing())),
+        // The write lock is held: the row that made the insert conflict is still there.
+        None => Ok(Claim::Vanished),
     }
 }
 
