@@ -43,16 +43,8 @@ async fn phased(
     phases: idem::Phases<sqlx::Postgres>,
 ) -> Result<HttpResponse, idem::PhaseError> {
     let _ = account;
-    phases
-        .run("effect", async |mut tx| {
-            sqlx::raw_sql("INSERT INTO effects DEFAULT VALUES")
-                .execute(&mut *tx)
-                .await
-                .map(drop)
-                .map_err(idem::PhaseError::from)
-        })
-        .await?;
-    Ok(HttpResponse::Ok().body(answer(LARGE)))
+    let body = large_support::phased_effect(&mut phases, LARGE).await?;
+    Ok(HttpResponse::Ok().body(body))
 }
 
 async fn app(env: &Env) -> TestApp {

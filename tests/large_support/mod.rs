@@ -28,6 +28,25 @@ async fn phased_answer(
     Ok(answer(size))
 }
 
+/// The COPY edge tests' phased work (`large_answer_drops`, `large_answer_failures`): a
+/// row of their `effects` table written in a phase, so that a test can count executions;
+/// the answer is staged outside the phase's transaction.
+pub(crate) async fn phased_effect(
+    phases: &mut idem::Phases<sqlx::Postgres>,
+    size: usize,
+) -> Result<Vec<u8>, idem::PhaseError> {
+    phases
+        .run("effect", async |mut tx| {
+            sqlx::raw_sql("INSERT INTO effects DEFAULT VALUES")
+                .execute(&mut *tx)
+                .await
+                .map(drop)
+                .map_err(idem::PhaseError::from)
+        })
+        .await?;
+    Ok(answer(size))
+}
+
 /// Writes a child of a parent that does not exist: the deferred foreign key lets the
 /// statement through and fails the COMMIT, so idem's completion (its staged body
 /// included) is rolled back with the handler's writes. The test creates the tables.
