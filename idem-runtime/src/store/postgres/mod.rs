@@ -152,7 +152,7 @@ SELECT set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), tr
 /// Records the response while idem's transaction is still open: the transaction-local
 /// marker the claim set (the saved lock timeout) is gone once the handler has ended that
 /// transaction, and then no row is updated. The caller tells a row that is gone from a
-/// transaction that ended with [`COMPLETE_CHECKED`], which only a handler that ended the
+/// transaction that ended with `COMPLETE_CHECKED`, which only a handler that ended the
 /// transaction itself ever needs. A first execution so learns everything from the update
 /// count, and its completion has no RETURNING clause: that projection and the result
 /// PostgreSQL holds for it were 13 000 of its instructions per request
