@@ -40,37 +40,15 @@ pub(super) fn rate_ratio(table: &[(Scenario, Stats)], a: Scenario, b: Scenario) 
     (b.rate() > 0.0).then(|| a.rate() / b.rate())
 }
 
-/// The median over rounds of `a`'s throughput over `b`'s in the same round.
-pub(super) fn paired_rate_ratio(
-    table: &[(Scenario, Stats)],
-    a: Scenario,
-    b: Scenario,
+/// The median over rounds of `ratio` of `a`'s and `b`'s values in the same round (the
+/// two scenarios of a round ran side by side); rounds without a value, or whose ratio
+/// is undefined, are left out.
+fn paired(
+    a: impl Iterator<Item = Option<f64>>,
+    b: impl Iterator<Item = Option<f64>>,
+    ratio: fn(f64, f64) -> Option<f64>,
 ) -> Option<f64> {
-    let (a, b) = (stats(table, a)?, stats(table, b)?);
-    median(
-        a.round_rates
-            .iter()
-            .zip(&b.round_rates)
-            .filter(|&(_, &b)| b > 0.0)
-            .map(|(a, b)| a / b),
-    )
-}
-
-/// The median over rounds of [`cpu_ratio`] taken within each round.
-pub(super) fn paired_cpu_ratio(
-    table: &[(Scenario, Stats)],
-    a: Scenario,
-    b: Scenario,
-) -> Option<f64> {
-    let (a, b) = (stats(table, a)?, stats(table, b)?);
-    median(
-        a.round_cpu
-            .iter()
-            .zip(&b.round_cpu)
-            .filter_map(|(a, b)| a.zip(*b))
-            .filter(|&(a, _)| a > 0.0)
-            .map(|(a, b)| b / a),
-    )
+    median(a.zip(b).filter_map(|(a, b)| ratio(a?, b?)))
 }
 
 fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
@@ -106,8 +84,21 @@ impl Pair {
     /// The ratio of the totals over all rounds, and the median of the rounds' ratios.
     fn ratios(self, table: &[(Scenario, Stats)]) -> (Option<f64>, Option<f64>) {
         match self {
-            Self::Rate(a, b) => (rate_ratio(table, a, b), paired_rate_ratio(table, a, b)),
-            Self::Cpu(a, b) => (cpu_ratio(table, a, b), paired_cpu_ratio(table, a, b)),
+            Self::Rate(a, b) => {
+                let rates =
+                    |s: Scenario| stats(table, s).map(|s| s.round_rates.iter().copied().map(Some));
+                let by_round = rates(a)
+                    .zip(rates(b))
+                    .and_then(|(a, b)| paired(a, b, |a, b| (b > 0.0).then(|| a / b)));
+                (rate_ratio(table, a, b), by_round)
+            }
+            Self::Cpu(a, b) => {
+                let cpu = |s: Scenario| stats(table, s).map(|s| s.round_cpu.iter().copied());
+                let by_round = cpu(a)
+                    .zip(cpu(b))
+                    .and_then(|(a, b)| paired(a, b, |a, b| (a > 0.0).then(|| b / a)));
+                (cpu_ratio(table, a, b), by_round)
+            }
         }
     }
 }
