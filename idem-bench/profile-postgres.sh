@@ -58,6 +58,8 @@ claim_sql() {
     {
         if [ "$v" = function ]; then
             echo "SELECT * FROM idem_claim(\$1, \$2, \$3, \$4, \$5, \$6, \$7)"
+        elif [ "$v" = function2 ]; then
+            echo "SELECT * FROM idem_claim2(\$1, \$2, \$3, \$4, \$5, \$6, \$7)"
         elif [ "$v" = nounion ]; then
             echo "WITH cfg AS MATERIALIZED ($cfg) $insert"
         elif [ "$v" = bare ]; then
@@ -121,6 +123,37 @@ BEGIN
     RETURN QUERY
     SELECT false, k.expires_at <= now() AND k.state = 'completed', k.request_hash, k.method,
            k.path, k.state, k.response_status, k.response_headers, k.response_body, k.generation
+      FROM idem_keys k
+     WHERE k.scope = p_scope AND k.idem_key = p_key;
+END
+$$;
+CREATE FUNCTION idem_claim2(p_scope text, p_key text, p_hash bytea, p_method text, p_path text,
+                           p_retention interval, p_wait bigint,
+                           OUT claimed boolean, OUT expired boolean, OUT request_hash bytea,
+                           OUT method text, OUT path text, OUT state text,
+                           OUT response_status smallint, OUT response_headers bytea,
+                           OUT response_body bytea, OUT generation bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    restored text;
+BEGIN
+    WITH cfg AS MATERIALIZED (
+        SELECT set_config('idem.outer_lock_timeout', current_setting('lock_timeout'), true),
+               set_config('lock_timeout', p_wait::text, true), nextval('idem_attempts') AS g)
+    INSERT INTO idem_keys AS k (scope, idem_key, request_hash, method, path, expires_at, generation)
+    SELECT p_scope, p_key, p_hash, p_method, p_path, now() + p_retention, g FROM cfg
+    ON CONFLICT (scope, idem_key) DO NOTHING
+    RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true), k.generation
+    INTO restored, generation;
+    IF FOUND THEN
+        claimed := true;
+        expired := false;
+        RETURN;
+    END IF;
+    SELECT false, k.expires_at <= now() AND k.state = 'completed', k.request_hash, k.method,
+           k.path, k.state, k.response_status, k.response_headers, k.response_body, k.generation
+      INTO claimed, expired, request_hash, method, path, state, response_status,
+           response_headers, response_body, generation
       FROM idem_keys k
      WHERE k.scope = p_scope AND k.idem_key = p_key;
 END
@@ -230,10 +263,12 @@ idem-cfgnext|before, nextval in the CTE (this claim)|idem_keys|claim|before|idem
 idem-guarded|before, the completion with the marker in WHERE (this one)|idem_keys|before|complete|idem
 idem-noguard|idem, no NOT EXISTS guard on the UNION ALL branch|idem_keys|noguard|complete|idem
 idem-function|idem, the claim as a PL/pgSQL function|idem_keys|function|complete|idem
+idem-function2|idem, the claim as a PL/pgSQL function, one statement when claimed|idem_keys|function2|complete|idem
 hand-replay|hand: replay|idem_keys|claim|complete|hand-replay|hand
 idem-replay|idem: replay|idem_keys|claim|complete|idem-replay|idem
 idem-before-replay|idem: replay, before|idem_keys|before|before|idem-replay|idem
-idem-function-replay|idem: replay, the claim as a function|idem_keys|function|complete|idem-replay|idem"
+idem-function-replay|idem: replay, the claim as a function|idem_keys|function|complete|idem-replay|idem
+idem-function2-replay|idem: replay, the claim as function2|idem_keys|function2|complete|idem-replay|idem"
 
 # usage: profile-postgres.sh [N [variant...]]; no variants: all of them.
 shift || true

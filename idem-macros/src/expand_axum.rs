@@ -122,19 +122,25 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
                 #ty: #at_ty::__private::axum::FromRequest<#state_ty, #marker>
             });
             // axum's own impls decide the marker (through the head or the whole request).
-            let via = match model.state {
-                Some(_) => quote!(_),
-                None => marker.to_token_stream(),
-            };
-            quote_spanned! {ty.span()=>
-                #at_ty::__private::axum::extract_last::<#ty, #state_ty, #via>(#extraction, &#state).await
+            // With `state = ..` the extraction goes behind a box: see `extract_parts_boxed`.
+            match model.state {
+                Some(_) => quote_spanned! {ty.span()=>
+                    #at_ty::__private::axum::extract_last_boxed::<#ty, #state_ty, _>(#extraction, &#state).await
+                },
+                None => quote_spanned! {ty.span()=>
+                    #at_ty::__private::axum::extract_last::<#ty, #state_ty, #marker>(#extraction, &#state).await
+                },
             }
         } else {
             bounds.push(quote_spanned! {ty.span()=>
                 #ty: #at_ty::__private::axum::FromRequestParts<#state_ty>
             });
+            let extract = match model.state {
+                Some(_) => quote!(extract_parts_boxed),
+                None => quote!(extract_parts),
+            };
             quote_spanned! {ty.span()=>
-                #at_ty::__private::axum::extract_parts::<#ty, #state_ty>(&mut #extraction, &#state).await
+                #at_ty::__private::axum::#extract::<#ty, #state_ty>(&mut #extraction, &#state).await
             }
         }
     });

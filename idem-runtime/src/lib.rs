@@ -116,8 +116,8 @@ pub mod __private {
     #[cfg(feature = "axum")]
     pub mod axum {
         pub use crate::axum::{
-            BodyExtractor, Extraction, PartsExtractor, Prepared, extract_last, extract_parts,
-            prepare,
+            BodyExtractor, Extracting, Extraction, PartsExtractor, Prepared, extract_last,
+            extract_last_boxed, extract_parts, extract_parts_boxed, prepare,
         };
         pub use ::axum::extract::{FromRequest, FromRequestParts, Request};
         pub use ::axum::handler::Handler;

@@ -33,5 +33,6 @@ mod webhook;
 
 pub use layer::{IdempotencyLayer, IdempotentService};
 pub use prepare::{
-    BodyExtractor, Extraction, PartsExtractor, Prepared, extract_last, extract_parts, prepare,
+    BodyExtractor, Extracting, Extraction, PartsExtractor, Prepared, extract_last,
+    extract_last_boxed, extract_parts, extract_parts_boxed, prepare,
 };

@@ -1,6 +1,8 @@
 //! Reading an axum request for the core, and the handler's extractors and answer.
 
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::time::Duration;
 
 use ::axum::extract::{FromRequest, FromRequestParts, Request};
@@ -137,6 +139,41 @@ where
     T::from_request_parts(&mut extraction.parts, state)
         .await
         .map_err(IntoResponse::into_response)
+}
+
+/// An extraction's future behind a box ([`extract_parts_boxed`], [`extract_last_boxed`]).
+#[doc(hidden)]
+pub type Extracting<'a, T> = Pin<Box<dyn Future<Output = Result<T, Response>> + Send + 'a>>;
+
+/// [`extract_parts`] behind a box, for a handler with `state = ..`. rustc checks that the
+/// handler's future is `Send` with every lifetime in the types it holds made general, and
+/// then proves each extractor's bound again for those types: with a state type that holds
+/// a reference (`AppState<Shop, &'static str>`), `State<..>`'s `FromRef` bound holds for
+/// that one lifetime only ("implementation of `FromRef` is not general enough"). Behind
+/// the box the handler's future holds a `dyn Future + Send`, and the bound is proved once,
+/// here, for the lifetimes the handler names.
+#[doc(hidden)]
+pub fn extract_parts_boxed<'a, T, S>(
+    extraction: &'a mut Extraction,
+    state: &'a S,
+) -> Extracting<'a, T>
+where
+    T: PartsExtractor<S> + 'a,
+    S: Send + Sync,
+{
+    Box::pin(extract_parts::<T, S>(extraction, state))
+}
+
+/// [`extract_last`] behind a box, for a handler with `state = ..`, for the reason
+/// [`extract_parts_boxed`] gives.
+#[doc(hidden)]
+pub fn extract_last_boxed<'a, T, S, M>(extraction: Extraction, state: &'a S) -> Extracting<'a, T>
+where
+    T: BodyExtractor<S, M> + 'a,
+    S: Send + Sync,
+    M: 'a,
+{
+    Box::pin(extract_last::<T, S, M>(extraction, state))
 }
 
 impl Extraction {
