@@ -1,5 +1,6 @@
 // `state = AppState<Shop, Currency>`: a generic router state is written as the type it
-// is, commas and all; the turbofish spelling `AppState::<Shop, Currency>` reads too.
+// is, commas and all; the turbofish spelling `AppState::<Shop, Currency>` reads too. A
+// reference among its arguments (`AppState<Shop, &'static str>`) is written as it is.
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Extension, Router};
@@ -31,6 +32,22 @@ async fn name(State(app): State<AppState<Shop, Currency>>, account: Extension<i6
     app.shop.0
 }
 
+#[idem::axum::idempotent(scope = account, state = AppState<Shop, &'static str>, backend = sqlx::Postgres)]
+async fn label(
+    State(app): State<AppState<Shop, &'static str>>,
+    account: Extension<i64>,
+) -> &'static str {
+    let _ = (account.0, app.shop.0);
+    app.currency
+}
+
+// Without `state = ..` the handler is generic over the router's state, as before.
+#[idem::axum::idempotent(scope = account, backend = sqlx::Postgres)]
+async fn plain(State(app): State<AppState<Shop, &'static str>>, account: Extension<i64>) -> &'static str {
+    let _ = account.0;
+    app.currency
+}
+
 fn main() {
     let state = AppState {
         shop: Shop("corner"),
@@ -40,4 +57,11 @@ fn main() {
         .route("/touch", post(touch))
         .route("/name", post(name))
         .with_state(state);
+    let _: Router = Router::new()
+        .route("/label", post(label))
+        .route("/plain", post(plain))
+        .with_state(AppState {
+            shop: Shop("corner"),
+            currency: "EUR",
+        });
 }
