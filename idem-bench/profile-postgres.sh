@@ -34,7 +34,8 @@ body="convert_to('{\"id\":123,\"item\":\"tea\",\"quantity\":2,\"amount_cents\":1
 line() { tr '\n' ' ' | sed 's/  */ /g'; echo; }
 
 # idem's statements, copied from idem-runtime/src/store/postgres/mod.rs: `claim` is CLAIM
-# with its claim_lock_timeout! CTE, `complete` is COMPLETE. `before` is each as it was
+# with its claim_lock_timeout! CTE, `complete` is COMPLETE. `columns` is the claim as it
+# was before its existing row became one record (ten columns). `before` is each as it was
 # before nextval moved into the CTE and the completion lost its RETURNING clause; the
 # other variants are `before` with one thing left out or changed.
 # $1 = key table, $2 = claim variant.
@@ -46,7 +47,7 @@ claim_sql() {
     from="FROM cfg"
     case $v in
     # nextval in the CTE: the insert's SELECT then holds no volatile call and is flattened.
-    claim | noguard) cfg="$cfg, nextval('idem_attempts') AS next_generation"; gen=next_generation ;;&
+    claim | columns | noguard) cfg="$cfg, nextval('idem_attempts') AS next_generation"; gen=next_generation ;;&
     noguard) guard="" ;;
     nonextval) gen=0 ;;
     norestore) ret=generation ;;
@@ -62,6 +63,15 @@ claim_sql() {
             echo "SELECT * FROM idem_claim2(\$1, \$2, \$3, \$4, \$5, \$6, \$7)"
         elif [ "$v" = nounion ]; then
             echo "WITH cfg AS MATERIALIZED ($cfg) $insert"
+        elif [ "$v" = claim ]; then
+            # The existing row as one record beside its generation and body.
+            echo "WITH cfg AS MATERIALIZED ($cfg), ins AS ($insert)
+SELECT generation, NULL::record AS existing, NULL::bytea AS response_body FROM ins
+UNION ALL
+SELECT k.generation, ROW(k.expires_at <= now() AND k.state = 'completed', k.request_hash,
+       k.method, k.path, k.state, k.response_status, k.response_headers), k.response_body
+  FROM $t k
+ WHERE k.scope = \$1 AND k.idem_key = \$2 $guard"
         elif [ "$v" = bare ]; then
             echo "INSERT INTO $t (scope, idem_key, request_hash, method, path, expires_at, generation)
                 VALUES (\$1, \$2, \$3, \$4, \$5, now() + \$6, $gen)
@@ -259,13 +269,15 @@ idem-nolock|before, no lock timeout save, set or restore|idem_keys|nolock|before
 idem-noreturning|before, completion without RETURNING|idem_keys|before|noreturning|idem
 idem-nounion|before, claim without the UNION ALL branch|idem_keys|nounion|before|idem
 idem-bare|before, bare claim and completion, plain BEGIN|idem_keys|bare|noreturning|idem-begin
-idem-cfgnext|before, nextval in the CTE (this claim)|idem_keys|claim|before|idem
+idem-cfgnext|before, nextval in the CTE (ten columns)|idem_keys|columns|before|idem
 idem-guarded|before, the completion with the marker in WHERE (this one)|idem_keys|before|complete|idem
-idem-noguard|idem, no NOT EXISTS guard on the UNION ALL branch|idem_keys|noguard|complete|idem
+idem-columns|idem, the claim returning ten columns (before the record)|idem_keys|columns|complete|idem
+idem-noguard|idem, no NOT EXISTS guard on the UNION ALL branch, ten columns|idem_keys|noguard|complete|idem
 idem-function|idem, the claim as a PL/pgSQL function|idem_keys|function|complete|idem
 idem-function2|idem, the claim as a PL/pgSQL function, one statement when claimed|idem_keys|function2|complete|idem
 hand-replay|hand: replay|idem_keys|claim|complete|hand-replay|hand
 idem-replay|idem: replay|idem_keys|claim|complete|idem-replay|idem
+idem-columns-replay|idem: replay, ten columns|idem_keys|columns|complete|idem-replay|idem
 idem-before-replay|idem: replay, before|idem_keys|before|before|idem-replay|idem
 idem-function-replay|idem: replay, the claim as a function|idem_keys|function|complete|idem-replay|idem
 idem-function2-replay|idem: replay, the claim as function2|idem_keys|function2|complete|idem-replay|idem"

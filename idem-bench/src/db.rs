@@ -13,18 +13,19 @@ pub(crate) mod protocol {
     /// The runtime's default `claim_wait` in ms, bound as the claim's $7.
     pub(crate) const CLAIM_WAIT_MS: i64 = 1000;
 
-    /// The row a claim returns, as the runtime decodes it.
-    pub(crate) type KeyRow = (
+    /// The row a claim returns, as the runtime decodes it: the generation, the existing
+    /// row's record (`None` when the claim inserted the key) and the body.
+    pub(crate) type KeyRow = (i64, Option<ExistingRecord>, Option<Vec<u8>>);
+
+    /// The claim's `existing` record.
+    pub(crate) type ExistingRecord = (
         bool,
-        bool,
-        Option<Vec<u8>>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
+        Vec<u8>,
+        String,
+        String,
+        String,
         Option<i16>,
         Option<Vec<u8>>,
-        Option<Vec<u8>>,
-        i64,
     );
 }
 

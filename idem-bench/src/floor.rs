@@ -225,7 +225,8 @@ pub(crate) async fn protocol_once(
     )
     .await?;
     let claim = steps[1].unwrap_or_default();
-    if !row.is_some_and(|row| row.0) {
+    // No row (the key was taken while the claim waited) or an existing one: not claimed.
+    if row.is_none_or(|row| row.1.is_some()) {
         step(steps, 4, tx.rollback()).await?;
         return Ok((claim, false));
     }

@@ -71,18 +71,19 @@ pub struct ExistingKey {
     pub generation: i64,
 }
 
-/// The columns of a key row the protocol reads, by name, as both stores and both forms
-/// select them (flattened into each query's own row type). The request's columns are
-/// NULL only in PostgreSQL's claim, on the branch that inserted the row.
+/// The columns of a key row the protocol reads: by name, as SQLite's statements select
+/// them (flattened into each query's own row type), or from the record PostgreSQL's
+/// claims return them in (`store::postgres::existing_key`). The request's columns are
+/// `None` only for a row the claim has just inserted ([`claimed`](Self::claimed)).
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct KeyColumns {
-    request_hash: Option<Vec<u8>>,
-    method: Option<String>,
-    path: Option<String>,
-    state: Option<String>,
-    response_status: Option<i16>,
-    response_headers: Option<StoredBytes>,
-    response_body: Option<StoredBytes>,
+    pub(crate) request_hash: Option<Vec<u8>>,
+    pub(crate) method: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) state: Option<String>,
+    pub(crate) response_status: Option<i16>,
+    pub(crate) response_headers: Option<StoredBytes>,
+    pub(crate) response_body: Option<StoredBytes>,
     pub(crate) generation: i64,
 }
 

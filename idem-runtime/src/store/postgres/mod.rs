@@ -15,6 +15,7 @@ use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{Postgres, Row as _, SqlSafeStr, Transaction};
 
+use super::stored_bytes::StoredBytes;
 use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
@@ -98,6 +99,14 @@ pub(super) const MIGRATION_LOCK: i64 = 0x6964_656d_5f6d_6967;
 /// in the plan was set up anew on every execution (`idem-bench/profile-postgres.sh`:
 /// 6 800 instructions per request). Drawing it there costs no more values: the insert
 /// builds its row, and so drew the value, before its conflict check found a key.
+///
+/// The result has three columns: the generation, the existing row's request and response
+/// head as one record (NULL when the insert won), and the body. PostgreSQL builds every
+/// plan node's row description and projection column by column, on every execution and
+/// whichever branch runs; ten columns there cost a first execution 17 000 to 28 000
+/// instructions more and a replay 14 000 more (BENCHMARKS.md, "A second look"). The body
+/// stays a column of its own, so that a replay's body is a share of the row's buffer
+/// (`StoredBytes`); a record's fields are decoded from copies.
 pub const CLAIM: &str = concat!(
     "WITH cfg AS MATERIALIZED (",
     claim_lock_timeout!("$7"),
@@ -109,20 +118,22 @@ ins AS (
     RETURNING set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), true),
               generation
 )
-SELECT true AS claimed, false AS expired, NULL::bytea AS request_hash, NULL::text AS method,
-       NULL::text AS path, NULL::text AS state, NULL::smallint AS response_status,
-       NULL::bytea AS response_headers, NULL::bytea AS response_body, generation
-  FROM ins
+SELECT generation, NULL::record AS existing, NULL::bytea AS response_body FROM ins
 UNION ALL
-SELECT false, k.expires_at <= now() AND k.state = 'completed', k.request_hash, k.method,
-       k.path, k.state, k.response_status, k.response_headers, k.response_body, k.generation
+SELECT k.generation,
+       ROW(k.expires_at <= now() AND k.state = 'completed', k.request_hash, k.method, k.path,
+           k.state, k.response_status, k.response_headers),
+       k.response_body
   FROM idem_keys k
  WHERE k.scope = $1 AND k.idem_key = $2 AND NOT EXISTS (SELECT FROM ins)"
 );
 
+/// The row that holds the key, in the claim's shape.
 const SELECT_EXISTING: &str = "\
-SELECT false AS claimed, expires_at <= now() AND state = 'completed' AS expired, request_hash,
-       method, path, state, response_status, response_headers, response_body, generation
+SELECT generation,
+       ROW(expires_at <= now() AND state = 'completed', request_hash, method, path, state,
+           response_status, response_headers) AS existing,
+       response_body
   FROM idem_keys
  WHERE scope = $1 AND idem_key = $2";
 
@@ -197,23 +208,65 @@ struct KeyRow {
     key: KeyColumns,
 }
 
+/// The claim's `existing` record: whether the row's retention ended, then the request's
+/// columns and the response's head ([`RecordHead`]).
+type ExistingRecord = (
+    bool,
+    Vec<u8>,
+    String,
+    String,
+    String,
+    Option<i16>,
+    Option<StoredBytes>,
+);
+
+/// The fields both forms' claims end their `existing` record with: the request's hash,
+/// method, path, the row's state, the response's status and header block.
+pub(super) type RecordHead = (
+    Vec<u8>,
+    String,
+    String,
+    String,
+    Option<i16>,
+    Option<StoredBytes>,
+);
+
+/// A key row from the fields of a claim's `existing` record and the body read beside it.
+pub(super) fn existing_key(
+    generation: i64,
+    (hash, method, path, state, status, headers): RecordHead,
+    body: Option<StoredBytes>,
+) -> KeyColumns {
+    KeyColumns {
+        request_hash: Some(hash),
+        method: Some(method),
+        path: Some(path),
+        state: Some(state),
+        response_status: status,
+        response_headers: headers,
+        response_body: body,
+        generation,
+    }
+}
+
 impl<'r> sqlx::FromRow<'r, PgRow> for KeyRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
-        let claimed: bool = row.try_get("claimed")?;
-        if claimed {
-            // The first execution of a key: on the claim's inserting branch every column
-            // but the generation is NULL, so reading them (a lookup by name, a type check
-            // and a decode each) would only find what is known already.
+        let generation: i64 = row.try_get(0)?;
+        let Some((expired, hash, method, path, state, status, headers)) =
+            row.try_get::<Option<ExistingRecord>, _>(1)?
+        else {
+            // The first execution of a key: the insert won, and the rest is NULL.
             return Ok(Self {
-                claimed,
+                claimed: true,
                 expired: false,
-                key: KeyColumns::claimed(row.try_get("generation")?),
+                key: KeyColumns::claimed(generation),
             });
-        }
+        };
+        let head = (hash, method, path, state, status, headers);
         Ok(Self {
-            claimed,
-            expired: row.try_get("expired")?,
-            key: KeyColumns::from_row(row)?,
+            claimed: false,
+            expired,
+            key: existing_key(generation, head, row.try_get(2)?),
         })
     }
 }
