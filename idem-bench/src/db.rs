@@ -8,25 +8,14 @@ use sqlx::{AssertSqlSafe, Executor};
 /// idem's statements for one request, the very ones the runtime sends (it exports them
 /// for this floor only), and the row its claim returns.
 pub(crate) mod protocol {
-    pub(crate) use idem::__private::postgres_sql::{CLAIM, COMPLETE};
+    pub(crate) use idem::__private::postgres_sql::{CLAIM, COMPLETE, ExistingRecord};
 
     /// The runtime's default `claim_wait` in ms, bound as the claim's $7.
     pub(crate) const CLAIM_WAIT_MS: i64 = 1000;
 
     /// The row a claim returns, as the runtime decodes it: the generation, the existing
     /// row's record (`None` when the claim inserted the key) and the body.
-    pub(crate) type KeyRow = (i64, Option<ExistingRecord>, Option<Vec<u8>>);
-
-    /// The claim's `existing` record.
-    pub(crate) type ExistingRecord = (
-        bool,
-        Vec<u8>,
-        String,
-        String,
-        String,
-        Option<i16>,
-        Option<Vec<u8>>,
-    );
+    pub(crate) type KeyRow = (i64, Option<ExistingRecord<1>>, Option<Vec<u8>>);
 }
 
 /// A pool on `db` whose connections are all open before anything is timed.

@@ -140,7 +140,7 @@ pub mod __private {
     /// wait in ms; `COMPLETE` binds scope, key, status, headers and body.
     #[cfg(feature = "postgres")]
     pub mod postgres_sql {
-        pub use crate::store::postgres::{CLAIM, COMPLETE};
+        pub use crate::store::postgres::{CLAIM, COMPLETE, ExistingRecord};
     }
 
     /// The database a `Tx` or `Phases` parameter names in its type argument, or

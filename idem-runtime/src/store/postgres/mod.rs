@@ -5,6 +5,7 @@ mod inbox;
 mod maintenance;
 mod outbox;
 mod phased;
+mod record;
 mod shielded;
 mod staged;
 
@@ -15,8 +16,8 @@ use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{Postgres, Row as _, SqlSafeStr, Transaction};
 
-use super::stored_bytes::StoredBytes;
 use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
+pub use record::ExistingRecord;
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
 /// it to the claim's wait. Both happen inside the prepared claim, before its insert can
@@ -208,53 +209,10 @@ struct KeyRow {
     key: KeyColumns,
 }
 
-/// The claim's `existing` record: whether the row's retention ended, then the request's
-/// columns and the response's head ([`RecordHead`]).
-type ExistingRecord = (
-    bool,
-    Vec<u8>,
-    String,
-    String,
-    String,
-    Option<i16>,
-    Option<StoredBytes>,
-);
-
-/// The fields both forms' claims end their `existing` record with: the request's hash,
-/// method, path, the row's state, the response's status and header block.
-pub(super) type RecordHead = (
-    Vec<u8>,
-    String,
-    String,
-    String,
-    Option<i16>,
-    Option<StoredBytes>,
-);
-
-/// A key row from the fields of a claim's `existing` record and the body read beside it.
-pub(super) fn existing_key(
-    generation: i64,
-    (hash, method, path, state, status, headers): RecordHead,
-    body: Option<StoredBytes>,
-) -> KeyColumns {
-    KeyColumns {
-        request_hash: Some(hash),
-        method: Some(method),
-        path: Some(path),
-        state: Some(state),
-        response_status: status,
-        response_headers: headers,
-        response_body: body,
-        generation,
-    }
-}
-
 impl<'r> sqlx::FromRow<'r, PgRow> for KeyRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
         let generation: i64 = row.try_get(0)?;
-        let Some((expired, hash, method, path, state, status, headers)) =
-            row.try_get::<Option<ExistingRecord>, _>(1)?
-        else {
+        let Some(existing) = row.try_get::<Option<ExistingRecord<1>>, _>(1)? else {
             // The first execution of a key: the insert won, and the rest is NULL.
             return Ok(Self {
                 claimed: true,
@@ -262,11 +220,11 @@ impl<'r> sqlx::FromRow<'r, PgRow> for KeyRow {
                 key: KeyColumns::claimed(generation),
             });
         };
-        let head = (hash, method, path, state, status, headers);
+        let [expired] = existing.flags;
         Ok(Self {
             claimed: false,
             expired,
-            key: existing_key(generation, head, row.try_get(2)?),
+            key: existing.into_key(generation, row.try_get(2)?),
         })
     }
 }

@@ -14,8 +14,8 @@ use sqlx::Row as _;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::{Postgres, Transaction};
 
+use super::record::ExistingRecord;
 use crate::store::KeyColumns;
-use crate::store::stored_bytes::StoredBytes;
 use crate::store::{AttemptRef, AttemptRow, ClaimRequest, OwnedResponse, PhaseRecord, PhasedClaim};
 
 /// Inserts the key with its lease, or returns the row that holds it. A fresh key's first
@@ -166,26 +166,11 @@ struct Row {
     key: KeyColumns,
 }
 
-/// The claim's `existing` record: whether the row's retention ended, whether no attempt
-/// holds its lease, then the fields of [`RecordHead`](super::RecordHead).
-type ExistingRecord = (
-    bool,
-    bool,
-    Vec<u8>,
-    String,
-    String,
-    String,
-    Option<i16>,
-    Option<StoredBytes>,
-);
-
 impl<'r> sqlx::FromRow<'r, PgRow> for Row {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
         let generation: i64 = row.try_get(0)?;
         let fencing_token: i64 = row.try_get(1)?;
-        let Some((expired, lease_expired, hash, method, path, state, status, headers)) =
-            row.try_get::<Option<ExistingRecord>, _>(2)?
-        else {
+        let Some(existing) = row.try_get::<Option<ExistingRecord<2>>, _>(2)? else {
             // The insert won: only the generation and the token are of interest.
             return Ok(Self {
                 claimed: true,
@@ -195,13 +180,13 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Row {
                 key: KeyColumns::claimed(generation),
             });
         };
-        let head = (hash, method, path, state, status, headers);
+        let [expired, lease_expired] = existing.flags;
         Ok(Self {
             claimed: false,
             fencing_token,
             expired,
             lease_expired,
-            key: super::existing_key(generation, head, row.try_get(3)?),
+            key: existing.into_key(generation, row.try_get(3)?),
         })
     }
 }
