@@ -12,7 +12,7 @@ use std::io::Write;
 use actix_web::{HttpResponse, web};
 use support::TestRequest;
 use support::app::{Account, NewOrder, Store};
-use support::{ALICE, Env, Framework, TestBackend, by_database, order_json, post_order};
+use support::{ALICE, Env, TestBackend, by_database, order_json, post_order};
 
 /// Records that it ran and answers with the body its `Bytes` extractor saw.
 #[idem::idempotent(scope = account, retention = "24h")]
@@ -279,60 +279,11 @@ async fn identity_and_unknown_encodings_are_the_bytes_as_sent<DB: TestBackend>()
     app.call(req).await.assert_replay_of(&first);
 }
 
-/// A real HTTP server for the example on the test's framework: its base URL, and what
-/// stops it.
-async fn serve<DB: TestBackend>(idem: idem::Idem<DB>) -> (String, Stop) {
-    match Framework::current() {
-        Framework::Actix => {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-            let base = format!("http://{}", listener.local_addr().expect("bound"));
-            let server = actix_web::HttpServer::new(move || {
-                let idem = idem.clone();
-                actix_web::App::new().configure(move |cfg| support::app::configure(cfg, &idem))
-            })
-            .workers(1)
-            .disable_signals()
-            .listen(listener)
-            .expect("listens")
-            .run();
-            let handle = server.handle();
-            actix_web::rt::spawn(server);
-            (base, Stop::Actix(handle))
-        }
-        Framework::Axum => {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("a free port");
-            let base = format!("http://{}", listener.local_addr().expect("bound"));
-            let router = DB::axum_router(&idem);
-            let task = tokio::spawn(async move {
-                axum::serve(listener, router).await.expect("serves");
-            });
-            (base, Stop::Axum(task))
-        }
-    }
-}
-
-/// How [`serve`]'s server is stopped.
-enum Stop {
-    Actix(actix_web::dev::ServerHandle),
-    Axum(tokio::task::JoinHandle<()>),
-}
-
-impl Stop {
-    async fn stop(self) {
-        match self {
-            Self::Actix(handle) => handle.stop(true).await,
-            Self::Axum(task) => task.abort(),
-        }
-    }
-}
-
 /// The example application behind a real HTTP server, and a real client: the body
 /// crosses a socket as the client compressed it.
 async fn over_http_a_compressed_order_and_the_plain_one_are_one_order<DB: TestBackend>() {
     let env = Env::<DB>::open().await;
-    let (base, server) = serve(env.idem()).await;
+    let (base, server) = support::serve_with_twin(&env.idem(), |_| {}, axum::Router::new()).await;
 
     let client = reqwest::Client::new();
     let body = order_json("green tea", 2, 1299);

@@ -7,7 +7,12 @@
 //! PostgreSQL: sqlx's SQLite connection has no such buffers (its `shrink_buffers` does
 //! nothing).
 //!
-//! The buffers are sqlx's private state, so the test observes them the only way they
+//! The same holds over a real socket: a keep-alive HTTP connection that carried a large
+//! answer keeps nothing of it either. actix-web's HTTP/1 dispatcher copies a body into
+//! the connection's write buffer, which keeps its size for as long as the connection
+//! is open, so idem hands it a large answer in slices of its buffer.
+//!
+//! The buffers are sqlx's and the frameworks' private state, so the test observes them the only way they
 //! can be: as the bytes the process still holds once the answers themselves are dropped,
 //! counted by a global allocator of this test binary. It is the binary's only test, and
 //! runs the two frameworks one after the other, so no other test allocates while it
@@ -22,6 +27,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use support::{ALICE, Env, Framework, post};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 
 /// The system allocator, counting the bytes currently allocated through it.
 struct Counting;
@@ -212,5 +219,104 @@ async fn connections_give_back_what_a_large_answer_grew_them_to() {
                 "{case}: replaying a {LARGE}-byte answer left bytes allocated: {large:?}"
             );
         }
+    }
+    for framework in [Framework::Actix, Framework::Axum] {
+        framework.select();
+        let (base, server) = large_support::serve(&env.idem(), false).await;
+        for form in ["single", "phased"] {
+            let case = format!("{framework:?}-{form}-socket");
+            let mut connection = Connection::open(&base).await;
+            // The connection, its buffers and the statements exist before anything is
+            // counted.
+            let small = format!("/test/{form}/1000");
+            let warm = format!("{case}-warm");
+            connection.answer(&small, &warm, 1000).await;
+            connection.answer(&small, &warm, 1000).await;
+            settled(&env.served_pool).await;
+
+            let large = format!("/test/{form}/{LARGE}");
+            let key = format!("{case}-large");
+            let before = LIVE.load(Ordering::SeqCst);
+            assert!(!connection.answer(&large, &key, LARGE).await, "{case}");
+            // A later answer on the same connection: the server is done with the large
+            // one, and has dropped it, once it starts the next.
+            connection.answer(&small, &warm, 1000).await;
+            settled(&env.served_pool).await;
+            let kept = LIVE.load(Ordering::SeqCst) - before;
+            assert!(connection.answer(&large, &key, LARGE).await, "{case}");
+            connection.answer(&small, &warm, 1000).await;
+            settled(&env.served_pool).await;
+            let kept_by_replay = LIVE.load(Ordering::SeqCst) - before - kept;
+            eprintln!(
+                "{case}: kept {kept} bytes after the answer, {kept_by_replay} after the replay"
+            );
+            assert!(
+                kept < SLACK,
+                "{case}: a {LARGE}-byte answer left {kept} bytes allocated while its \
+                 connection stays open"
+            );
+            assert!(
+                kept_by_replay < SLACK,
+                "{case}: a {LARGE}-byte replay left {kept_by_replay} bytes allocated while \
+                 its connection stays open"
+            );
+        }
+        server.stop().await;
+    }
+}
+
+/// A keep-alive HTTP/1.1 connection, spoken by hand: a client library would keep
+/// buffers of its own in this process, where the count would mistake them for the
+/// server's.
+struct Connection(BufReader<TcpStream>);
+
+impl Connection {
+    async fn open(base: &str) -> Self {
+        let addr = base.strip_prefix("http://").expect("an http base URL");
+        Self(BufReader::new(
+            TcpStream::connect(addr).await.expect("connects"),
+        ))
+    }
+
+    /// `POST path` as Alice with `key`; checks that the answer is 200 with the `size`
+    /// bytes the handler makes, and says whether it was a replay.
+    async fn answer(&mut self, path: &str, key: &str, size: usize) -> bool {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: idem\r\nx-account-id: {ALICE}\r\n\
+             idempotency-key: {key}\r\ncontent-type: application/json\r\n\
+             content-length: 2\r\n\r\n{{}}"
+        );
+        self.0
+            .get_mut()
+            .write_all(request.as_bytes())
+            .await
+            .expect("sends");
+        let mut line = String::new();
+        self.0
+            .read_line(&mut line)
+            .await
+            .expect("reads the status line");
+        assert!(line.starts_with("HTTP/1.1 200 "), "{path} {key}: {line:?}");
+        let (mut length, mut replayed) = (None, false);
+        loop {
+            line.clear();
+            self.0.read_line(&mut line).await.expect("reads a header");
+            let header = line.trim_end().to_ascii_lowercase();
+            if header.is_empty() {
+                break;
+            }
+            if let Some(value) = header.strip_prefix("content-length:") {
+                length = Some(value.trim().parse::<usize>().expect("a length"));
+            }
+            replayed |= header == "idempotent-replayed: true";
+        }
+        // Sized, not chunked: a large answer keeps its `Content-Length`.
+        let mut body = vec![0; length.expect("a Content-Length")];
+        self.0.read_exact(&mut body).await.expect("reads the body");
+        assert!(
+            body == large_support::answer(size),
+            "{path} {key}: the stored answer, byte for byte"
+        );
+        replayed
     }
 }

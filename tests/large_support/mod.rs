@@ -124,29 +124,42 @@ pub(crate) async fn app(
     idem: &idem::Idem<sqlx::Postgres>,
     unfinishable: bool,
 ) -> crate::support::TestApp {
-    crate::support::service_with_twin(
-        idem,
-        |cfg| {
-            cfg.route("/test/single/{size}", web::post().to(on_actix::single))
-                .route("/test/phased/{size}", web::post().to(on_actix::phased));
-            if unfinishable {
-                cfg.route(
-                    "/test/unfinishable/{size}",
-                    web::post().to(on_actix::unfinishable),
-                );
-            }
-        },
-        || {
-            use axum::routing::post;
-            let routes = Router::new()
-                .route("/test/single/{size}", post(on_axum::single))
-                .route("/test/phased/{size}", post(on_axum::phased));
-            if unfinishable {
-                routes.route("/test/unfinishable/{size}", post(on_axum::unfinishable))
-            } else {
-                routes
-            }
-        },
-    )
+    crate::support::service_with_twin(idem, actix_routes(unfinishable), || {
+        axum_routes(unfinishable)
+    })
     .await
+}
+
+/// [`app`] behind a real HTTP server (`support::serve_with_twin`).
+pub(crate) async fn serve(
+    idem: &idem::Idem<sqlx::Postgres>,
+    unfinishable: bool,
+) -> (String, crate::support::Server) {
+    crate::support::serve_with_twin(idem, actix_routes(unfinishable), axum_routes(unfinishable))
+        .await
+}
+
+fn actix_routes(unfinishable: bool) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
+    move |cfg| {
+        cfg.route("/test/single/{size}", web::post().to(on_actix::single))
+            .route("/test/phased/{size}", web::post().to(on_actix::phased));
+        if unfinishable {
+            cfg.route(
+                "/test/unfinishable/{size}",
+                web::post().to(on_actix::unfinishable),
+            );
+        }
+    }
+}
+
+fn axum_routes(unfinishable: bool) -> Router {
+    use axum::routing::post;
+    let routes = Router::new()
+        .route("/test/single/{size}", post(on_axum::single))
+        .route("/test/phased/{size}", post(on_axum::phased));
+    if unfinishable {
+        routes.route("/test/unfinishable/{size}", post(on_axum::unfinishable))
+    } else {
+        routes
+    }
 }

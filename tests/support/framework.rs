@@ -231,3 +231,61 @@ fn axum(router: axum::Router) -> TestApp {
         }),
     }
 }
+
+/// The example's application plus test routes, as [`service_with_twin`] builds it,
+/// behind a real HTTP server on a free loopback port: for the tests of what crosses a
+/// socket. The server's base URL, and what stops it.
+pub(crate) async fn serve_with_twin<DB: TestBackend>(
+    idem: &idem::Idem<DB>,
+    actix_routes: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+    axum_routes: axum::Router,
+) -> (String, Server) {
+    match Framework::current() {
+        Framework::Actix => {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            let base = format!("http://{}", listener.local_addr().expect("bound"));
+            let idem = idem.clone();
+            let server = actix_web::HttpServer::new(move || {
+                let (idem, routes) = (idem.clone(), actix_routes.clone());
+                App::new()
+                    .configure(|cfg| super::app::configure(cfg, &idem))
+                    .configure(routes)
+            })
+            .workers(1)
+            .disable_signals()
+            .listen(listener)
+            .expect("listens")
+            .run();
+            let handle = server.handle();
+            actix_web::rt::spawn(server);
+            (base, Server::Actix(handle))
+        }
+        Framework::Axum => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("a free port");
+            let base = format!("http://{}", listener.local_addr().expect("bound"));
+            let router = with_routes(idem, axum_routes);
+            let task = tokio::spawn(async move {
+                axum::serve(listener, router).await.expect("serves");
+            });
+            (base, Server::Axum(task))
+        }
+    }
+}
+
+/// A server [`serve_with_twin`] started.
+pub(crate) enum Server {
+    Actix(actix_web::dev::ServerHandle),
+    Axum(tokio::task::JoinHandle<()>),
+}
+
+impl Server {
+    /// Stops it: actix-web's gracefully, axum's task at once.
+    pub(crate) async fn stop(self) {
+        match self {
+            Self::Actix(handle) => handle.stop(true).await,
+            Self::Axum(task) => task.abort(),
+        }
+    }
+}

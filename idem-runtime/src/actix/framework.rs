@@ -1,7 +1,11 @@
 //! The core's `Framework` for actix-web, and the conversions between actix-web's `http`
 //! 0.2 types and the core's `http` 1.x ones.
 
-use actix_web::body::{self, BodyLimitExceeded, BoxBody, MessageBody as _};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use actix_web::body::{self, BodyLimitExceeded, BodySize, BoxBody, MessageBody};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::web::Bytes;
@@ -63,7 +67,7 @@ impl Framework for Actix {
     }
 
     fn assemble(head: Self::Head, body: Bytes) -> HttpResponse {
-        head.set_body(body).map_into_boxed_body()
+        head.set_body(sent_body(body))
     }
 
     fn problem_parts(problem: Problem) -> (Self::Head, Bytes) {
@@ -79,13 +83,61 @@ impl Framework for Actix {
     }
 
     fn replay(status: http::StatusCode, headers: &[u8], body: Bytes) -> HttpResponse {
-        let mut response = HttpResponse::with_body(from_http(status), BoxBody::new(body));
+        let mut response = HttpResponse::with_body(from_http(status), sent_body(body));
         let map = response.headers_mut();
         for (name, value) in decode_headers(headers) {
             map.append(name, value);
         }
         map.insert(REPLAYED, HeaderValue::from_static("true"));
         response
+    }
+}
+
+/// The largest piece of a body handed to actix-web at once: its HTTP/1 dispatcher copies
+/// each piece into the connection's write buffer, and takes the next only once that
+/// buffer holds less than its limit (`h1_write_buffer_size`, 32 KiB unless set).
+const SLICE: usize = 32 * 1024;
+
+/// A body that idem holds whole (a replay's, a share of the buffer the store read it
+/// into; a first execution's, the handler's buffered body) as actix-web's body.
+///
+/// Handed over as one `Bytes`, a 1 MiB answer would be copied whole into the
+/// connection's write buffer, which keeps that capacity for as long as the connection
+/// stays open: a second megabyte per connection. In slices of the same buffer, the copy
+/// is at most a slice at a time, and the write buffer stays at its usual size.
+fn sent_body(body: Bytes) -> BoxBody {
+    if body.len() > SLICE {
+        BoxBody::new(Slices(body))
+    } else {
+        BoxBody::new(body)
+    }
+}
+
+/// [`sent_body`]'s large body, yielded in `SLICE`-sized shares of its buffer.
+///
+/// It keeps `MessageBody::try_into_bytes`'s default (no): `BoxBody::new` and actix-web's
+/// `Compress` ask for the whole buffer that way, and would hand it to the dispatcher in
+/// one piece again.
+struct Slices(Bytes);
+
+impl MessageBody for Slices {
+    type Error = Infallible;
+
+    fn size(&self) -> BodySize {
+        // Known, so that the answer keeps its `Content-Length` rather than being chunked.
+        BodySize::Sized(self.0.len() as u64)
+    }
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Infallible>>> {
+        let rest = &mut self.get_mut().0;
+        if rest.is_empty() {
+            return Poll::Ready(None);
+        }
+        let slice = rest.split_to(rest.len().min(SLICE));
+        Poll::Ready(Some(Ok(slice)))
     }
 }
 
