@@ -12,11 +12,11 @@
 //! the connection's write buffer, which keeps its size for as long as the connection
 //! is open, so idem hands it a large answer in slices of its buffer.
 //!
-//! The buffers are sqlx's and the frameworks' private state, so the test observes them the only way they
-//! can be: as the bytes the process still holds once the answers themselves are dropped,
-//! counted by a global allocator of this test binary. It is the binary's only test, and
-//! runs the two frameworks one after the other, so no other test allocates while it
-//! counts.
+//! The buffers are sqlx's and the frameworks' private state, so the test observes them
+//! the only way they can be: as the bytes the process still holds once the answers
+//! themselves are dropped, counted by a global allocator of this test binary. It is the
+//! binary's only test, and runs the two frameworks one after the other, so no other test
+//! allocates while it counts.
 
 mod large_support;
 mod support;
