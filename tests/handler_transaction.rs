@@ -71,12 +71,22 @@ async fn end_transaction_with<DB: Statements>(
     how: &str,
 ) {
     insert_name(tx, "mine", account).await.expect("insert");
-    let statement = if how == "commit" {
+    let statement = if how.starts_with("commit") {
         "COMMIT"
     } else {
         "ROLLBACK"
     };
     DB::run_in(tx, statement).await.expect("end");
+}
+
+/// The answer of `end_transaction`: `commit-large` answers a body above the size idem
+/// stages before storing it (64 KiB), the others a short one.
+fn end_transaction_answer(how: &str) -> String {
+    if how == "commit-large" {
+        "large answer ".repeat(8_000)
+    } else {
+        "done".to_owned()
+    }
 }
 
 /// Ends idem's transaction with a raw statement, which handlers must never do.
@@ -87,7 +97,7 @@ async fn end_transaction<DB: Statements>(
     tx: idem::Tx<'_, DB>,
 ) -> HttpResponse {
     end_transaction_with(&mut tx, account, &how).await;
-    HttpResponse::Created().body("done")
+    HttpResponse::Created().body(end_transaction_answer(&how))
 }
 
 /// Reads no body at all.
@@ -114,7 +124,7 @@ macro_rules! axum_twins {
             use axum::extract::{Path, Query};
             use axum::http::StatusCode;
 
-            use super::{Account, end_transaction_with, insert_name};
+            use super::{Account, end_transaction_answer, end_transaction_with, insert_name};
 
             #[idem::axum::idempotent(scope = account)]
             pub(super) async fn claim_name(
@@ -141,9 +151,9 @@ macro_rules! axum_twins {
                 account: Account,
                 Path(how): Path<String>,
                 tx: idem::Tx<'_, $db>,
-            ) -> (StatusCode, &'static str) {
+            ) -> (StatusCode, String) {
                 end_transaction_with(&mut tx, account, &how).await;
-                (StatusCode::CREATED, "done")
+                (StatusCode::CREATED, end_transaction_answer(&how))
             }
 
             #[idem::axum::idempotent(scope = account)]
@@ -368,6 +378,45 @@ async fn a_handler_that_commits_itself_still_gets_its_key_recorded<DB: Statement
     assert_eq!(names(&env).await, ["mine"]);
 }
 
+/// A large answer is staged (`COPY` into `idem_staged_bodies`) before the completion takes
+/// it. After the handler's own `COMMIT` the staging commits on its own, and a process that
+/// stalls for longer than the staged rows' hour before the completion finds its row swept.
+/// The trigger plays that sweep, between the two statements and only outside idem's
+/// transaction (where the claim's marker is gone). The key must still get the body: a
+/// completion without it would leave a completed key that answers 409 until its retention
+/// ends.
+async fn a_handler_that_commits_itself_keeps_its_large_answer_when_the_staged_body_is_swept() {
+    let env = Env::new().await;
+    let app = app(&env).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION sweep_at_once() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF coalesce(current_setting('idem.outer_lock_timeout', true), '') = '' THEN
+                 DELETE FROM idem_staged_bodies WHERE scope = NEW.scope AND nonce = NEW.nonce;
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER sweep_at_once AFTER INSERT ON idem_staged_bodies
+             FOR EACH ROW EXECUTE FUNCTION sweep_at_once();",
+    )
+    .execute(&env.pool)
+    .await
+    .expect("the trigger that plays the sweep");
+    let first = app
+        .call(post("/test/end-transaction/commit-large", ALICE, "e-3", ""))
+        .await;
+    assert_eq!(first.status, 201);
+    assert_eq!(
+        first.body,
+        end_transaction_answer("commit-large").as_bytes()
+    );
+    let again = app
+        .call(post("/test/end-transaction/commit-large", ALICE, "e-3", ""))
+        .await;
+    again.assert_replay_of(&first);
+    assert_eq!(names(&env).await, ["mine"]);
+}
+
 async fn an_empty_body_with_a_json_content_type_is_not_invalid_json<DB: Statements>() {
     let env = Env::<DB>::open().await;
     let app = app(&env).await;
@@ -393,4 +442,6 @@ support::both_frameworks!(
     the_handler_runs_with_the_applications_lock_timeout_not_the_claims,
     #[actix_web::test]
     a_success_claimed_after_a_failed_statement_is_rolled_back,
+    #[actix_web::test]
+    a_handler_that_commits_itself_keeps_its_large_answer_when_the_staged_body_is_swept,
 );

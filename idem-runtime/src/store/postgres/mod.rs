@@ -188,17 +188,28 @@ RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
 
 /// [`COMPLETE_CHECKED`] for a body staged by `staged::stage`: $5 is the staged row's
 /// nonce, and the row goes in the same statement, whether or not the key's row is still
-/// there. It keeps the RETURNING clause: a second statement after one that updated
+/// there. It answers one row: whether the staged row was there, whether the key's row was
+/// updated, and where the statement ran. A second statement after one that updated
 /// nothing would find the staged row gone.
+///
+/// Inside idem's transaction the staged row is uncommitted, so nothing else can delete
+/// it. After a handler ended that transaction itself, the staging committed on its own,
+/// and a process that stalls between the two statements for longer than the sweep leaves
+/// staged rows (an hour) finds it gone: the key's row is then left alone rather than
+/// completed without its body, and the caller stores the body bound instead.
 const COMPLETE_STAGED: &str = "\
 WITH staged AS (
     DELETE FROM idem_staged_bodies WHERE scope = $1 AND nonce = $5 RETURNING body
+),
+done AS (
+    UPDATE idem_keys
+       SET state = 'completed', response_status = $3, response_headers = $4,
+           response_body = (SELECT body FROM staged), locked_until = NULL
+     WHERE scope = $1 AND idem_key = $2 AND EXISTS (SELECT FROM staged)
+    RETURNING true
 )
-UPDATE idem_keys
-   SET state = 'completed', response_status = $3, response_headers = $4,
-       response_body = (SELECT body FROM staged), locked_until = NULL
- WHERE scope = $1 AND idem_key = $2
-RETURNING coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
+SELECT EXISTS (SELECT FROM staged), EXISTS (SELECT FROM done),
+       coalesce(current_setting('idem.outer_lock_timeout', true), '') <> ''";
 
 /// What the claim and [`SELECT_EXISTING`] return.
 struct KeyRow {
@@ -343,28 +354,38 @@ async fn complete_key(
     key: &str,
     response: &StoredResponse<'_>,
 ) -> Result<Completion, sqlx::Error> {
-    let in_transaction: Option<bool> = if response.body.len() > staged::STAGE_ABOVE {
+    let staged = if response.body.len() > staged::STAGE_ABOVE {
         // The staged row goes with the first statement that runs, so a large body is
         // stored by one that also tells where it ran.
         let nonce = staged::stage(conn, scope, response.body).await?;
-        let row = bind_completion(COMPLETE_STAGED, scope, key, response)
-            .bind(nonce)
-            .fetch_optional(&mut *conn)
-            .await?;
-        row.map(|row| row.try_get(0)).transpose()?
-    } else {
-        let done = bind_completion(COMPLETE, scope, key, response)
-            .bind(response.body)
-            .execute(&mut *conn)
-            .await?;
-        if done.rows_affected() > 0 {
-            Some(true)
-        } else {
-            let row = bind_completion(COMPLETE_CHECKED, scope, key, response)
-                .bind(response.body)
-                .fetch_optional(&mut *conn)
+        let (found, updated, in_transaction): (bool, bool, bool) =
+            bind_completion(COMPLETE_STAGED, scope, key, response)
+                .bind(nonce)
+                .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .fetch_one(&mut *conn)
                 .await?;
-            row.map(|row| row.try_get(0)).transpose()?
+        // A staged row swept before the completion (see COMPLETE_STAGED) leaves the key
+        // as it was; the body is then bound below, with the copies staging avoids.
+        found.then_some(updated.then_some(in_transaction))
+    } else {
+        None
+    };
+    let in_transaction: Option<bool> = match staged {
+        Some(done) => done,
+        None => {
+            let done = bind_completion(COMPLETE, scope, key, response)
+                .bind(response.body)
+                .execute(&mut *conn)
+                .await?;
+            if done.rows_affected() > 0 {
+                Some(true)
+            } else {
+                let row = bind_completion(COMPLETE_CHECKED, scope, key, response)
+                    .bind(response.body)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                row.map(|row| row.try_get(0)).transpose()?
+            }
         }
     };
     shrink_after(conn, response.headers.len() + response.body.len());
