@@ -354,7 +354,7 @@ async fn complete_key(
     key: &str,
     response: &StoredResponse<'_>,
 ) -> Result<Completion, sqlx::Error> {
-    let staged = if response.body.len() > staged::STAGE_ABOVE {
+    let in_transaction = if response.body.len() > staged::STAGE_ABOVE {
         // The staged row goes with the first statement that runs, so a large body is
         // stored by one that also tells where it ran.
         let nonce = staged::stage(conn, scope, response.body).await?;
@@ -364,29 +364,15 @@ async fn complete_key(
                 .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
                 .fetch_one(&mut *conn)
                 .await?;
-        // A staged row swept before the completion (see COMPLETE_STAGED) leaves the key
-        // as it was; the body is then bound below, with the copies staging avoids.
-        found.then_some(updated.then_some(in_transaction))
-    } else {
-        None
-    };
-    let in_transaction: Option<bool> = match staged {
-        Some(done) => done,
-        None => {
-            let done = bind_completion(COMPLETE, scope, key, response)
-                .bind(response.body)
-                .execute(&mut *conn)
-                .await?;
-            if done.rows_affected() > 0 {
-                Some(true)
-            } else {
-                let row = bind_completion(COMPLETE_CHECKED, scope, key, response)
-                    .bind(response.body)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                row.map(|row| row.try_get(0)).transpose()?
-            }
+        if found {
+            updated.then_some(in_transaction)
+        } else {
+            // Swept before the completion (see COMPLETE_STAGED), which left the key as it
+            // was: the body is bound after all, with the copies staging avoids.
+            complete_bound(conn, scope, key, response).await?
         }
+    } else {
+        complete_bound(conn, scope, key, response).await?
     };
     shrink_after(conn, response.headers.len() + response.body.len());
     Ok(match in_transaction {
@@ -394,6 +380,28 @@ async fn complete_key(
         Some(true) => Completion::Recorded,
         Some(false) => Completion::OutsideTransaction,
     })
+}
+
+/// The completion with the body bound: where it ran (`Some(true)` in idem's transaction),
+/// or `None` when the key's row is gone.
+async fn complete_bound(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+    response: &StoredResponse<'_>,
+) -> sqlx::Result<Option<bool>> {
+    let done = bind_completion(COMPLETE, scope, key, response)
+        .bind(response.body)
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() > 0 {
+        return Ok(Some(true));
+    }
+    let row = bind_completion(COMPLETE_CHECKED, scope, key, response)
+        .bind(response.body)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.map(|row| row.try_get(0)).transpose()
 }
 
 /// sqlx keeps a connection's read and write buffers as large as the largest message they
