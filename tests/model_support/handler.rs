@@ -23,7 +23,7 @@ pub(crate) struct Control {
 }
 
 impl Control {
-    async fn die(&self) -> Infallible {
+    pub(crate) async fn die(&self) -> Infallible {
         self.dying.notify_one();
         std::future::pending().await
     }

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use super::handler::{Control, axum_on_postgres, axum_on_sqlite, operation};
 use super::model::Model;
 use super::steps::{Outcome, SCOPES, Step};
-use super::store::{ModelStore, reset};
+use super::store::{ModelStore, move_time, reset};
 use crate::support::{self, Env, Reply, TestApp};
 
 /// Deliveries in progress and done, from every relay of a sequence.
@@ -97,10 +97,10 @@ impl<DB: ModelStore> Run<'_, DB> {
                 }
             }
             Step::LeaseEnds(scope, key) => {
-                self.set_time("locked_until", scope, key).await;
+                move_time(&self.env.pool, "locked_until", SCOPES[scope], key).await;
             }
             Step::RetentionEnds(scope, key) => {
-                self.set_time("expires_at", scope, key).await;
+                move_time(&self.env.pool, "expires_at", SCOPES[scope], key).await;
                 if let Some(op) = self.model.ops.get_mut(&(SCOPES[scope], format!("k{key}"))) {
                     op.retention_over = true;
                 }
@@ -152,19 +152,6 @@ impl<DB: ModelStore> Run<'_, DB> {
             Step::HoldsEnd => self.end_holds().await,
         }
         self.check_effects().await
-    }
-
-    async fn set_time(&self, column: &str, scope: usize, key: u8) {
-        DB::run(
-            &self.env.pool,
-            format!(
-                "UPDATE idem_keys SET {column} = {} WHERE scope = '{}' AND idem_key = 'k{key}' \
-                 AND {column} IS NOT NULL",
-                DB::PAST,
-                SCOPES[scope]
-            ),
-        )
-        .await;
     }
 
     async fn end_holds(&self) {
@@ -288,10 +275,18 @@ impl<DB: ModelStore> Run<'_, DB> {
     }
 }
 
-pub(crate) async fn run_sequence<DB: ModelStore>(
-    env: &Env<DB>,
-    steps: &[Step],
-) -> Result<(), TestCaseError> {
+/// The phased form's model.
+pub(crate) struct Phased;
+
+impl super::Sequence for Phased {
+    type Step = Step;
+
+    async fn run<DB: ModelStore>(env: &Env<DB>, steps: &[Step]) -> Result<(), TestCaseError> {
+        run_sequence(env, steps).await
+    }
+}
+
+async fn run_sequence<DB: ModelStore>(env: &Env<DB>, steps: &[Step]) -> Result<(), TestCaseError> {
     reset(&env.pool).await;
     let control = web::Data::new(Control::default());
     let actix_control = control.clone();

@@ -10,6 +10,9 @@ pub(crate) trait ModelStore: TestBackend {
     /// A moment one second ago, as the key and outbox tables store times.
     const PAST: &'static str;
 
+    /// `idem_keys.response_body` as text (the model's bodies are JSON).
+    const BODY_TEXT: &'static str;
+
     /// Runs one statement of the test's own (time moves, resets).
     fn run(pool: &Pool<Self>, sql: String) -> impl Future<Output = ()>;
 
@@ -24,9 +27,10 @@ pub(crate) trait ModelStore: TestBackend {
 }
 
 macro_rules! model_store {
-    ($db:ty, $past:literal) => {
+    ($db:ty, $past:literal, $body_text:literal) => {
         impl ModelStore for $db {
             const PAST: &'static str = $past;
+            const BODY_TEXT: &'static str = $body_text;
 
             async fn run(pool: &Pool<Self>, sql: String) {
                 sqlx::query(AssertSqlSafe(sql.clone()))
@@ -56,11 +60,30 @@ macro_rules! model_store {
         }
     };
 }
-model_store!(sqlx::Postgres, "now() - interval '1 second'");
+model_store!(
+    sqlx::Postgres,
+    "now() - interval '1 second'",
+    "convert_from(response_body, 'UTF8')"
+);
 model_store!(
     sqlx::Sqlite,
-    "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 1000000"
+    "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 1000000",
+    "CAST(response_body AS TEXT)"
 );
+
+/// Moves `column` (`expires_at`, `locked_until`) of key `k{key}` of `scope` into the
+/// past: time moves by rewriting rows, never by sleeping.
+pub(crate) async fn move_time<DB: ModelStore>(pool: &Pool<DB>, column: &str, scope: i64, key: u8) {
+    DB::run(
+        pool,
+        format!(
+            "UPDATE idem_keys SET {column} = {} WHERE scope = '{scope}' AND idem_key = 'k{key}' \
+             AND {column} IS NOT NULL",
+            DB::PAST
+        ),
+    )
+    .await;
+}
 
 /// Empties what one sequence leaves behind, so the next starts from nothing.
 pub(crate) async fn reset<DB: ModelStore>(pool: &Pool<DB>) {
