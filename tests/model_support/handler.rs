@@ -7,12 +7,14 @@ use std::sync::Arc;
 use actix_web::{HttpRequest, web};
 use axum::http::HeaderMap;
 use axum::{Extension, Json, Router};
+use futures_util::future::{Either, LocalBoxFuture, select};
 use serde::Deserialize;
 use tokio::sync::Notify;
 
 use super::steps::Outcome;
 use super::store::ModelStore;
 use crate::phased_support::Answer;
+use crate::support::Reply;
 use crate::support::app::Account;
 
 /// Where a dying handler stops: it tells the test, then never finishes. The test drops
@@ -26,6 +28,19 @@ impl Control {
     pub(crate) async fn die(&self) -> Infallible {
         self.dying.notify_one();
         std::future::pending().await
+    }
+
+    /// Awaits `call`, or drops it when its handler dies first: `None` then, the request
+    /// gone as a dying process loses everything it had in memory.
+    pub(crate) async fn unless_dying(&self, call: LocalBoxFuture<'static, Reply>) -> Option<Reply> {
+        match select(call, Box::pin(self.dying.notified())).await {
+            // It answered without the handler dying: a replay, a problem or its answer.
+            Either::Left((reply, _)) => Some(reply),
+            Either::Right(((), call)) => {
+                drop(call);
+                None
+            }
+        }
     }
 }
 

@@ -58,13 +58,7 @@ impl<DB: ModelStore> Run<'_, DB> {
         if !outcome.dies() {
             return Some(call.await);
         }
-        match select(call, Box::pin(self.control.dying.notified())).await {
-            Either::Left((reply, _)) => Some(reply),
-            Either::Right(((), call)) => {
-                drop(call);
-                None
-            }
-        }
+        self.control.unless_dying(call).await
     }
 
     async fn step(&mut self, step: &Step) -> Result<(), TestCaseError> {

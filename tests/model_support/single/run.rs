@@ -10,7 +10,7 @@ use std::task::Poll;
 
 use actix_web::web;
 use actix_web::web::Bytes;
-use futures_util::future::{Either, join_all, select};
+use futures_util::future::join_all;
 use proptest::test_runner::TestCaseError;
 
 use super::handler::{axum_on_postgres, axum_on_sqlite, operation};
@@ -43,14 +43,7 @@ impl<DB: ModelStore> Run<'_, DB> {
         if outcome != Outcome::Dies {
             return Some(call.await);
         }
-        match select(call, Box::pin(self.control.dying.notified())).await {
-            // It answered without running the handler: a replay or a problem.
-            Either::Left((reply, _)) => Some(reply),
-            Either::Right(((), call)) => {
-                drop(call);
-                None
-            }
-        }
+        self.control.unless_dying(call).await
     }
 
     async fn step(&mut self, step: &Step) -> Result<(), TestCaseError> {
