@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use super::handler::{Control, axum_on_postgres, axum_on_sqlite, operation};
 use super::model::Model;
 use super::steps::{Outcome, SCOPES, Step};
-use super::store::{ModelStore, move_time, reset};
+use super::store::{ModelStore, move_time, reset, sweep};
 use crate::support::{self, Env, Reply, TestApp};
 
 /// Deliveries in progress and done, from every relay of a sequence.
@@ -100,10 +100,7 @@ impl<DB: ModelStore> Run<'_, DB> {
                 }
             }
             Step::Sweep => {
-                idem::Expiry::new(self.env.pool.clone())
-                    .sweep_once()
-                    .await
-                    .map_err(|e| TestCaseError::fail(format!("sweep: {e}")))?;
+                sweep(&self.env.pool).await?;
                 for ((scope, key), op) in &self.model.ops {
                     if op.original.is_none() && op.derived.is_some() {
                         let left = DB::scalar(

@@ -1,6 +1,7 @@
 //! The database side of the model: the statements each backend spells its own way (time
 //! moves, resets, the effects the handler records), and the effects table.
 
+use proptest::test_runner::TestCaseError;
 use sqlx::{AssertSqlSafe, Pool};
 
 use crate::support::TestBackend;
@@ -83,6 +84,15 @@ pub(crate) async fn move_time<DB: ModelStore>(pool: &Pool<DB>, column: &str, sco
         ),
     )
     .await;
+}
+
+/// One pass of the expiry sweep, as the runtime's background task runs it.
+pub(crate) async fn sweep<DB: ModelStore>(pool: &Pool<DB>) -> Result<(), TestCaseError> {
+    idem::Expiry::new(pool.clone())
+        .sweep_once()
+        .await
+        .map(drop)
+        .map_err(|e| TestCaseError::fail(format!("sweep: {e}")))
 }
 
 /// Empties what one sequence leaves behind, so the next starts from nothing.

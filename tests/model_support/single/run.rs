@@ -17,7 +17,7 @@ use super::handler::{axum_on_postgres, axum_on_sqlite, operation};
 use super::{Beside, Model, Outcome, Step};
 use crate::model_support::handler::Control;
 use crate::model_support::steps::SCOPES;
-use crate::model_support::store::{ModelStore, move_time, reset};
+use crate::model_support::store::{ModelStore, move_time, reset, sweep};
 use crate::support::{self, Env, Reply, TestApp};
 
 struct Run<'a, DB: ModelStore> {
@@ -122,10 +122,7 @@ impl<DB: ModelStore> Run<'_, DB> {
                 }
             }
             Step::Sweep => {
-                idem::Expiry::new(self.env.pool.clone())
-                    .sweep_once()
-                    .await
-                    .map_err(|e| TestCaseError::fail(format!("sweep: {e}")))?;
+                sweep(&self.env.pool).await?;
             }
         }
         self.check_database().await
