@@ -1,6 +1,7 @@
 //! The example processes and the faults injected into them and into the database, and the
 //! jumps in time: keys moved past their retention, followed by an expiry sweep.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -11,8 +12,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
-/// How long an example process may take to migrate and start listening.
-const STARTUP: Duration = Duration::from_secs(30);
+/// How long an example process may take to migrate and start listening before the soak gives
+/// up on it: generous, since a busy 2-core machine can take many seconds.
+const STARTUP: Duration = Duration::from_secs(180);
+/// How many ports a first start tries before it gives up.
+const PORT_ATTEMPTS: usize = 3;
+/// How many of its last stderr lines a failed start reports.
+const STDERR_LINES: usize = 20;
 /// How long the database stays down in an outage.
 const OUTAGE: Duration = Duration::from_secs(2);
 
@@ -50,6 +56,23 @@ pub(crate) fn build_example() -> Result<PathBuf, String> {
         .ok_or_else(|| "cargo did not report the example's executable".to_owned())
 }
 
+/// A port that was free a moment ago, as `127.0.0.1:<port>`.
+fn free_addr() -> Result<String, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port: {e}"))?
+        .port();
+    Ok(format!("127.0.0.1:{port}"))
+}
+
+/// Why an example process did not start.
+#[derive(Debug)]
+struct StartFailed {
+    message: String,
+    /// Its port was taken: a first start can try another.
+    port_taken: bool,
+}
+
 /// One example process, on a port it keeps across restarts.
 #[derive(Debug)]
 struct Instance {
@@ -67,31 +90,47 @@ pub(crate) struct Fleet {
 
 impl Fleet {
     /// Starts `count` processes, one after the other (the first applies the migrations).
+    ///
+    /// A port is found free by binding it and letting it go, so another process (an outgoing
+    /// connection's ephemeral port, say) can take it before the example binds it; such a start
+    /// moves to a fresh port, which is safe only here, before any client knows the address.
     pub(crate) async fn start(
         server: PathBuf,
         database_url: String,
         count: usize,
     ) -> Result<Self, String> {
-        let mut instances = Vec::new();
-        for _ in 0..count {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map_err(|e| format!("no free port: {e}"))?
-                .port();
-            instances.push(Instance {
-                addr: format!("127.0.0.1:{port}"),
-                child: Mutex::new(None),
-            });
-        }
-        let fleet = Self {
+        let mut fleet = Self {
             server,
             database_url,
-            instances,
+            instances: Vec::new(),
         };
-        for index in 0..count {
-            fleet.launch(index).await?;
+        for _ in 0..count {
+            fleet.start_another(free_addr).await?;
         }
         Ok(fleet)
+    }
+
+    /// Starts one more process on the first address from `addrs` that is not taken.
+    async fn start_another(
+        &mut self,
+        mut addrs: impl FnMut() -> Result<String, String>,
+    ) -> Result<(), String> {
+        let index = self.instances.len();
+        self.instances.push(Instance {
+            addr: addrs()?,
+            child: Mutex::new(None),
+        });
+        let mut attempt = 1;
+        loop {
+            match self.launch(index).await {
+                Ok(()) => return Ok(()),
+                Err(failed) if failed.port_taken && attempt < PORT_ATTEMPTS => {
+                    attempt += 1;
+                    self.instances[index].addr = addrs()?;
+                }
+                Err(failed) => return Err(failed.message),
+            }
+        }
     }
 
     /// `http://127.0.0.1:<port>` of every process.
@@ -103,7 +142,7 @@ impl Fleet {
     }
 
     /// Starts process `index` unless it runs, and waits until it serves.
-    async fn launch(&self, index: usize) -> Result<(), String> {
+    async fn launch(&self, index: usize) -> Result<(), StartFailed> {
         let instance = &self.instances[index];
         let mut slot = instance.child.lock().await;
         if let Some(child) = slot.as_mut()
@@ -116,12 +155,31 @@ impl Fleet {
             .env("BIND_ADDR", &instance.addr)
             .env_remove("IDEM_EXAMPLE_CRASH_AFTER")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", self.server.display()))?;
+            .map_err(|e| StartFailed {
+                message: format!("cannot run {}: {e}", self.server.display()),
+                port_taken: false,
+            })?;
+        // Both pipes are read for the process's whole life, so it never blocks on a full one;
+        // stderr's last lines are kept to say why a start failed.
+        let stderr = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+        let stderr = tokio::spawn(async move {
+            let mut stderr = stderr;
+            let mut tail = VecDeque::with_capacity(STDERR_LINES);
+            while let Ok(Some(line)) = stderr.next_line().await {
+                if tail.len() == STDERR_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+            tail
+        });
         let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         let expected = format!("orders: serving on http://{}", instance.addr);
+        // Waits for the line or for stdout to end (the process exited); the bound only keeps a
+        // hung start from hanging the soak, it is no measure of how fast a start should be.
         let served = tokio::time::timeout(STARTUP, async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if line == expected {
@@ -131,14 +189,30 @@ impl Fleet {
             false
         })
         .await;
-        if served != Ok(true) {
-            let _ = child.kill().await;
-            return Err(format!("the example on {} did not start", instance.addr));
+        if served == Ok(true) {
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            *slot = Some(child);
+            return Ok(());
         }
-        // Keep reading, so the process never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        *slot = Some(child);
-        Ok(())
+        let _ = child.kill().await;
+        let status = child
+            .wait()
+            .await
+            .map_or_else(|e| format!("status unknown: {e}"), |s| s.to_string());
+        let tail = stderr.await.unwrap_or_default();
+        let port_taken = tail.iter().any(|l| l.contains("Address already in use"));
+        let why = match served {
+            Err(_) => format!("no \"{expected}\" within {} s", STARTUP.as_secs()),
+            Ok(_) => format!("it exited ({status})"),
+        };
+        let stderr = Vec::from(tail).join("\n");
+        Err(StartFailed {
+            message: format!(
+                "the example on {} did not start: {why}; its stderr ended with:\n{stderr}",
+                instance.addr
+            ),
+            port_taken,
+        })
     }
 
     /// SIGKILL to process `index`: no cleanup, like a crashed host.
@@ -151,7 +225,7 @@ impl Fleet {
     /// Starts every process that is not running.
     pub(crate) async fn ensure_all_up(&self) -> Result<(), String> {
         for index in 0..self.instances.len() {
-            self.launch(index).await?;
+            self.launch(index).await.map_err(|failed| failed.message)?;
         }
         Ok(())
     }
@@ -368,7 +442,7 @@ pub(crate) async fn inject(
                     down.as_millis(),
                     restarted
                         .err()
-                        .map(|e| format!(" (FAILED: {e})"))
+                        .map(|e| format!(" (FAILED: {})", e.message))
                         .unwrap_or_default()
                 )
             }
@@ -406,7 +480,7 @@ pub(crate) async fn inject(
                         "{what}; instance {index} killed before it and started again after{}",
                         restarted
                             .err()
-                            .map(|e| format!(" (FAILED: {e})"))
+                            .map(|e| format!(" (FAILED: {})", e.message))
                             .unwrap_or_default()
                     );
                 }
@@ -453,5 +527,85 @@ impl Injected {
             swept.0,
             swept.1
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fleet of no processes yet, of the real example on a SQLite file of its own.
+    fn empty_fleet(dir: &Path) -> Fleet {
+        Fleet {
+            server: build_example().expect("the example builds"),
+            database_url: format!("sqlite://{}?mode=rwc", dir.join("orders.db").display()),
+            instances: Vec::new(),
+        }
+    }
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("idem-soak-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        dir
+    }
+
+    #[test]
+    fn a_first_start_on_a_port_taken_in_the_meantime_moves_to_another() {
+        let dir = scratch_dir("taken");
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        // Held for the whole test: the port another process took between the check and the bind.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let taken_addr = taken.local_addr().expect("its address").to_string();
+        let mut fleet = empty_fleet(&dir);
+        let mut offered = vec![taken_addr.clone()];
+        runtime
+            .block_on(fleet.start_another(|| {
+                let addr = free_addr()?;
+                offered.push(addr.clone());
+                Ok(offered.remove(0))
+            }))
+            .expect("the second port serves");
+        let addr = fleet.instances[0].addr.clone();
+        assert_ne!(addr, taken_addr);
+        let served = runtime.block_on(async {
+            reqwest::get(format!("http://{addr}/health"))
+                .await
+                .map(|r| r.status())
+        });
+        assert_eq!(
+            served.ok(),
+            Some(reqwest::StatusCode::OK),
+            "the moved instance answers"
+        );
+        runtime.block_on(fleet.stop_all());
+        drop(taken);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_restart_on_a_taken_port_fails_and_says_why() {
+        let dir = scratch_dir("restart");
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let addr = taken.local_addr().expect("its address").to_string();
+        let mut fleet = empty_fleet(&dir);
+        fleet.instances.push(Instance {
+            addr: addr.clone(),
+            child: Mutex::new(None),
+        });
+        // A restart keeps its port (clients know it), so it reports instead of moving.
+        let failed = runtime
+            .block_on(fleet.launch(0))
+            .expect_err("the port is taken");
+        assert!(failed.port_taken, "{}", failed.message);
+        assert!(
+            failed.message.contains(&format!("cannot listen on {addr}")),
+            "the example's own words reach the report: {}",
+            failed.message
+        );
+        assert!(failed.message.contains("it exited"), "{}", failed.message);
+        drop(taken);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
