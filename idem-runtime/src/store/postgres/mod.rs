@@ -14,7 +14,7 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
-use sqlx::{Postgres, Row as _, SqlSafeStr, Transaction};
+use sqlx::{Postgres, Row as _, Transaction};
 
 use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
 pub use record::ExistingRecord;
@@ -273,7 +273,7 @@ impl Backend for Postgres {
         conn: PoolConnection<Self>,
         (): &(),
     ) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        Transaction::begin(conn, Some(BEGIN.into_sql_str())).await
+        shielded::begin(conn, BEGIN).await
     }
 
     async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {

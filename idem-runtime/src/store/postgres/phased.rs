@@ -290,7 +290,7 @@ impl PhaseStore for Postgres {
     }
 
     async fn begin_phase(pool: &sqlx::PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
-        pool.begin_with(BEGIN_PHASE).await
+        super::shielded::begin_on(pool, BEGIN_PHASE).await
     }
 
     async fn record_phase(
