@@ -73,6 +73,12 @@ struct StartFailed {
     port_taken: bool,
 }
 
+impl std::fmt::Display for StartFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// One example process, on a port it keeps across restarts.
 #[derive(Debug)]
 struct Instance {
@@ -225,7 +231,9 @@ impl Fleet {
     /// Starts every process that is not running.
     pub(crate) async fn ensure_all_up(&self) -> Result<(), String> {
         for index in 0..self.instances.len() {
-            self.launch(index).await.map_err(|failed| failed.message)?;
+            self.launch(index)
+                .await
+                .map_err(|failed| failed.to_string())?;
         }
         Ok(())
     }
@@ -442,7 +450,7 @@ pub(crate) async fn inject(
                     down.as_millis(),
                     restarted
                         .err()
-                        .map(|e| format!(" (FAILED: {})", e.message))
+                        .map(|e| format!(" (FAILED: {e})"))
                         .unwrap_or_default()
                 )
             }
@@ -480,7 +488,7 @@ pub(crate) async fn inject(
                         "{what}; instance {index} killed before it and started again after{}",
                         restarted
                             .err()
-                            .map(|e| format!(" (FAILED: {})", e.message))
+                            .map(|e| format!(" (FAILED: {e})"))
                             .unwrap_or_default()
                     );
                 }
@@ -532,39 +540,36 @@ impl Injected {
 
 #[cfg(test)]
 mod tests {
+    use idem_testkit::TestSqlite;
+
     use super::*;
 
-    /// A fleet of no processes yet, of the real example on a SQLite file of its own.
-    fn empty_fleet(dir: &Path) -> Fleet {
+    /// A fleet of no processes yet, of the real example on `db`.
+    fn empty_fleet(db: &TestSqlite) -> Fleet {
         Fleet {
             server: build_example().expect("the example builds"),
-            database_url: format!("sqlite://{}?mode=rwc", dir.join("orders.db").display()),
+            database_url: db.url(),
             instances: Vec::new(),
         }
     }
 
-    fn scratch_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("idem-soak-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a scratch directory");
-        dir
+    /// A port held for as long as the listener lives, and its address: the port another
+    /// process took between the check and the example's bind.
+    fn held_port() -> (std::net::TcpListener, String) {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let addr = held.local_addr().expect("its address").to_string();
+        (held, addr)
     }
 
     #[test]
     fn a_first_start_on_a_port_taken_in_the_meantime_moves_to_another() {
-        let dir = scratch_dir("taken");
+        let db = TestSqlite::new();
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        // Held for the whole test: the port another process took between the check and the bind.
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-        let taken_addr = taken.local_addr().expect("its address").to_string();
-        let mut fleet = empty_fleet(&dir);
-        let mut offered = vec![taken_addr.clone()];
+        let (_held, taken_addr) = held_port();
+        let mut fleet = empty_fleet(&db);
+        let mut first = Some(taken_addr.clone());
         runtime
-            .block_on(fleet.start_another(|| {
-                let addr = free_addr()?;
-                offered.push(addr.clone());
-                Ok(offered.remove(0))
-            }))
+            .block_on(fleet.start_another(|| first.take().map_or_else(free_addr, Ok)))
             .expect("the second port serves");
         let addr = fleet.instances[0].addr.clone();
         assert_ne!(addr, taken_addr);
@@ -579,17 +584,14 @@ mod tests {
             "the moved instance answers"
         );
         runtime.block_on(fleet.stop_all());
-        drop(taken);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_restart_on_a_taken_port_fails_and_says_why() {
-        let dir = scratch_dir("restart");
+        let db = TestSqlite::new();
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-        let addr = taken.local_addr().expect("its address").to_string();
-        let mut fleet = empty_fleet(&dir);
+        let (_held, addr) = held_port();
+        let mut fleet = empty_fleet(&db);
         fleet.instances.push(Instance {
             addr: addr.clone(),
             child: Mutex::new(None),
@@ -598,14 +600,11 @@ mod tests {
         let failed = runtime
             .block_on(fleet.launch(0))
             .expect_err("the port is taken");
-        assert!(failed.port_taken, "{}", failed.message);
+        assert!(failed.port_taken, "{failed}");
         assert!(
             failed.message.contains(&format!("cannot listen on {addr}")),
-            "the example's own words reach the report: {}",
-            failed.message
+            "the example's own words reach the report: {failed}"
         );
-        assert!(failed.message.contains("it exited"), "{}", failed.message);
-        drop(taken);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(failed.message.contains("it exited"), "{failed}");
     }
 }

@@ -290,7 +290,8 @@ impl PhaseStore for Postgres {
     }
 
     async fn begin_phase(pool: &sqlx::PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
-        super::shielded::begin_on(pool, BEGIN_PHASE).await
+        // Acquiring is safe to drop; the BEGIN after it is not (see `shielded`).
+        super::shielded::begin(pool.acquire().await?, BEGIN_PHASE).await
     }
 
     async fn record_phase(

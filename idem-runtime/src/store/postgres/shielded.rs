@@ -37,15 +37,6 @@ pub(super) async fn begin(
     run(Transaction::begin(conn, Some(statement.into_sql_str()))).await
 }
 
-/// `statement` (a `BEGIN`) on a connection of `pool`, in a task.
-pub(super) async fn begin_on(
-    pool: &PgPool,
-    statement: &'static str,
-) -> sqlx::Result<Transaction<'static, Postgres>> {
-    let pool = pool.clone();
-    run(async move { pool.begin_with(statement).await }).await
-}
-
 /// The single-transaction completion of `req`'s key in `txn`, in a task.
 pub(super) async fn complete(
     txn: Transaction<'static, Postgres>,
