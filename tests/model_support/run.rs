@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use super::handler::{Control, axum_on_postgres, axum_on_sqlite, operation};
 use super::model::Model;
 use super::steps::{Outcome, SCOPES, Step};
-use super::store::{ModelStore, move_time, reset, sweep};
+use super::store::{ModelStore, move_time, reset, settle, sweep};
 use crate::support::{self, Env, Reply, TestApp};
 
 /// Deliveries in progress and done, from every relay of a sequence.
@@ -69,6 +69,7 @@ impl<DB: ModelStore> Run<'_, DB> {
                     Some(reply) => self.model.answered(scope, key, variant, &reply, false)?,
                     // The handler ran, so its attempt claimed or took over the key.
                     None => {
+                        settle(self.env).await?;
                         if let Some(op) =
                             self.model.ops.get_mut(&(SCOPES[scope], format!("k{key}")))
                         {
@@ -139,6 +140,7 @@ impl<DB: ModelStore> Run<'_, DB> {
                 }
                 // The dead relay's delivery is over, whatever it did.
                 lock(&self.deliveries).in_flight.clear();
+                settle(self.env).await?;
             }
             Step::HoldsEnd => self.end_holds().await,
         }

@@ -4,7 +4,7 @@
 use proptest::test_runner::TestCaseError;
 use sqlx::{AssertSqlSafe, Pool};
 
-use crate::support::TestBackend;
+use crate::support::{Env, TestBackend};
 
 /// The part of the database each backend spells differently, and the effects table.
 pub(crate) trait ModelStore: TestBackend {
@@ -107,6 +107,39 @@ pub(crate) async fn sweep<DB: ModelStore>(pool: &Pool<DB>) -> Result<(), TestCas
         .await
         .map(drop)
         .map_err(|e| TestCaseError::fail(format!("sweep: {e}")))
+}
+
+/// Waits until every connection of both of `env`'s pools is back in its pool, so that
+/// what a dropped request or relay set going (its rollback, or a completion idem shields
+/// from the drop) has finished; then fails if one of them was handed back inside an
+/// open transaction ([`ModelStore::LEFT_OPEN`]).
+pub(crate) async fn settle<DB: ModelStore>(env: &Env<DB>) -> Result<(), TestCaseError> {
+    for pool in [&env.served_pool, &env.pool] {
+        // A bound on the wait, not on the time anything takes: without it a connection
+        // that never came back would hang the test rather than fail it.
+        let mut waits = 0;
+        while pool.num_idle() < pool.size() as usize {
+            waits += 1;
+            if waits > 20_000 {
+                return Err(TestCaseError::fail(format!(
+                    "{} of a pool's {} connections never came back after a dropped call",
+                    pool.size() as usize - pool.num_idle(),
+                    pool.size()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+    let Some(left_open) = DB::LEFT_OPEN else {
+        return Ok(());
+    };
+    let open = DB::scalar(&env.pool, left_open).await;
+    if open > 0 {
+        return Err(TestCaseError::fail(format!(
+            "a dropped call left {open} connection(s) of a pool inside an open transaction"
+        )));
+    }
+    Ok(())
 }
 
 /// Empties what one sequence leaves behind, so the next starts from nothing.

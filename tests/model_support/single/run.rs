@@ -17,7 +17,7 @@ use super::handler::{axum_on_postgres, axum_on_sqlite, operation};
 use super::{Beside, Model, Outcome, Step};
 use crate::model_support::handler::Control;
 use crate::model_support::steps::SCOPES;
-use crate::model_support::store::{ModelStore, move_time, reset, sweep};
+use crate::model_support::store::{ModelStore, move_time, reset, settle, sweep};
 use crate::support::{self, Env, Reply, TestApp};
 
 struct Run<'a, DB: ModelStore> {
@@ -50,9 +50,12 @@ impl<DB: ModelStore> Run<'_, DB> {
         match *step {
             Step::Send(scope, key, variant, outcome) => {
                 self.model.begin(scope, key);
-                if let Some(reply) = self.send(scope, key, variant, outcome).await {
-                    let sent = [(variant, outcome, reply)];
-                    self.model.answered(scope, key, &sent, Beside::Nothing)?;
+                match self.send(scope, key, variant, outcome).await {
+                    Some(reply) => {
+                        let sent = [(variant, outcome, reply)];
+                        self.model.answered(scope, key, &sent, Beside::Nothing)?;
+                    }
+                    None => settle(self.env).await?,
                 }
             }
             Step::Concurrent(scope, key, variant, outcome, copies) => {
@@ -109,7 +112,7 @@ impl<DB: ModelStore> Run<'_, DB> {
                         self.model.answered(scope, key, &sent, Beside::Nothing)?;
                     }
                     None => {
-                        self.settle().await?;
+                        settle(self.env).await?;
                         let stored = self.stored(scope, key).await;
                         self.model.cut(scope, key, variant, stored)?;
                     }
@@ -126,36 +129,6 @@ impl<DB: ModelStore> Run<'_, DB> {
             }
         }
         self.check_database().await
-    }
-
-    /// Waits until every connection of the application's pool is back in it: what a
-    /// dropped request set going (its rollback, or a completion idem shields from the
-    /// drop) has then finished.
-    async fn settle(&self) -> Result<(), TestCaseError> {
-        let pool = &self.env.served_pool;
-        // A bound on the wait, not on the time anything takes: without it a connection
-        // that never came back would hang the test rather than fail it.
-        for _ in 0..20_000 {
-            if pool.num_idle() == pool.size() as usize {
-                let Some(left_open) = DB::LEFT_OPEN else {
-                    return Ok(());
-                };
-                let open = DB::scalar(&self.env.pool, left_open).await;
-                if open > 0 {
-                    return Err(TestCaseError::fail(format!(
-                        "a dropped request left {open} connection(s) of the pool inside \
-                         an open transaction"
-                    )));
-                }
-                return Ok(());
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        Err(TestCaseError::fail(format!(
-            "{} of the pool's {} connections never came back after a dropped request",
-            pool.size() as usize - pool.num_idle(),
-            pool.size()
-        )))
     }
 
     /// The answer the key's row holds, if it is completed within its retention: a row
