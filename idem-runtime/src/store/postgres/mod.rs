@@ -14,7 +14,7 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
-use sqlx::{Postgres, Row as _, Transaction};
+use sqlx::{Postgres, Row as _, SqlSafeStr as _, Transaction};
 
 use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
 pub use record::ExistingRecord;
@@ -273,7 +273,11 @@ impl Backend for Postgres {
         conn: PoolConnection<Self>,
         (): &(),
     ) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        shielded::begin(conn, BEGIN).await
+        // Safe to drop while it waits for the server's reply since sqlx 0.9.1
+        // (transact-rs/sqlx#4394, the workspace's minimum): sqlx counts the transaction
+        // before the round trip, so a dropped request queues its rollback rather than
+        // handing the pool a connection inside a transaction. `model_single` asserts it.
+        Transaction::begin(conn, Some(BEGIN.into_sql_str())).await
     }
 
     async fn claim(conn: &mut PgConnection, req: &ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sqlx::Row as _;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
-use sqlx::{Postgres, Transaction};
+use sqlx::{Postgres, SqlSafeStr as _, Transaction};
 
 use super::record::ExistingRecord;
 use crate::store::KeyColumns;
@@ -290,8 +290,8 @@ impl PhaseStore for Postgres {
     }
 
     async fn begin_phase(pool: &sqlx::PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
-        // Acquiring is safe to drop; the BEGIN after it is not (see `shielded`).
-        super::shielded::begin(pool.acquire().await?, BEGIN_PHASE).await
+        // Both safe to drop: see `Backend::begin` for why `BEGIN` is.
+        Transaction::begin(pool.acquire().await?, Some(BEGIN_PHASE.into_sql_str())).await
     }
 
     async fn record_phase(

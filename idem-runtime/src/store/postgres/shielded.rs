@@ -14,28 +14,10 @@
 //! In a task, the statements run to their end whatever becomes of the request; if the
 //! request is gone, its transaction is then dropped, which rolls it back as before, on a
 //! connection in step.
-//!
-//! `BEGIN` is not safe to abandon either. sqlx 0.9 counts a transaction open only once
-//! the server's reply to `BEGIN` is read; a future dropped while it waits for that reply
-//! queues no `ROLLBACK` (there is nothing open to roll back, as sqlx counts), and the
-//! pool's check on release reads the reply and takes the connection back with the
-//! server inside a transaction. Whoever gets that connection next runs in it: plain
-//! statements through the pool stay uncommitted and hold their locks, and are lost if
-//! the connection closes. [`begin`] runs `BEGIN` in a task, so the transaction exists
-//! when it ends and its drop rolls it back.
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres, SqlSafeStr as _, Transaction};
+use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::store::{AttemptRef, ClaimRequest, Completion, OwnedResponse, PhaseStore as _};
-
-/// `statement` (a `BEGIN`) on `conn`, in a task: see the module's documentation.
-pub(super) async fn begin(
-    conn: PoolConnection<Postgres>,
-    statement: &'static str,
-) -> sqlx::Result<Transaction<'static, Postgres>> {
-    run(Transaction::begin(conn, Some(statement.into_sql_str()))).await
-}
 
 /// The single-transaction completion of `req`'s key in `txn`, in a task.
 pub(super) async fn complete(
