@@ -1,6 +1,6 @@
 //! Model-based test of the phased form: proptest generates sequences of requests,
 //! concurrent duplicates, handler outcomes (2xx, a stored 4xx, 5xx, panic), process
-//! deaths at each phase boundary, lease and retention expiry, expiry sweeps, relay runs
+//! deaths at each phase boundary, requests dropped after any number of polls, lease and retention expiry, expiry sweeps, relay runs
 //! and relay deaths, and drives the real runtime through them on both databases, with the
 //! handler on actix-web and on axum. After every step the database and the answers are
 //! checked against a reference model:
@@ -11,7 +11,9 @@
 //! - a replay is byte-identical to the operation's original answer, for its own scope;
 //! - a different body under a live key is a 422, a completed key within its retention
 //!   replays, and the sweep never deletes a key in progress;
-//! - no outbox message is delivered twice at the same time, and every one is delivered.
+//! - no outbox message is delivered twice at the same time, and every one is delivered;
+//! - a dropped request leaves no connection inside an open transaction, and what it left
+//!   is nothing, a key in progress for a retry, or a final answer every retry replays.
 //!
 //! Time moves by rewriting the rows' time columns, never by sleeping. A failing sequence
 //! shrinks to a short readable list of steps, printed with the failure; it then belongs

@@ -26,6 +26,8 @@ pub(crate) mod steps;
 pub(crate) mod store;
 
 use std::fmt::Debug;
+use std::pin::pin;
+use std::task::Poll;
 
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -87,7 +89,13 @@ pub(crate) fn explore<M: Sequence, DB: ModelStore>(
     let mut runner = TestRunner::new(config);
     let result = runner.run(&steps, |steps| {
         steps_run.set(steps_run.get() + steps.len());
-        system.block_on(M::run(&env, &steps))
+        let result = system.block_on(M::run(&env, &steps));
+        if result.is_err()
+            && let Some(end) = DB::END_LEFT_OPEN
+        {
+            system.block_on(DB::scalar(&env.pool, end));
+        }
+        result
     });
     eprintln!(
         "model ({}, {framework:?}): {} sequences, {} steps (shrinking included), {:?}",
@@ -99,6 +107,22 @@ pub(crate) fn explore<M: Sequence, DB: ModelStore>(
     if let Err(failure) = result {
         panic!("{failure}");
     }
+}
+
+/// `call`'s answer, or `None` when it was still pending after `polls` polls and was
+/// dropped there: a client that disconnects, or a process that dies, at that point.
+pub(crate) async fn cut_after<T>(call: impl Future<Output = T>, polls: u8) -> Option<T> {
+    let mut call = pin!(call);
+    let mut left = polls;
+    std::future::poll_fn(move |cx| match call.as_mut().poll(cx) {
+        Poll::Ready(answer) => Poll::Ready(Some(answer)),
+        Poll::Pending if left == 0 => Poll::Ready(None),
+        Poll::Pending => {
+            left -= 1;
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 /// Runs one fixed sequence of model `M` on both databases, with the handler on each

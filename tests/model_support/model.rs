@@ -29,9 +29,45 @@ pub(crate) struct Model {
     pub(crate) retired: HashSet<String>,
 }
 
+impl Op {
+    /// Records the operation's first final answer, checking that a 201 was given for the
+    /// operation's own scope, with the derived key both phases saw and the operation had.
+    fn record(
+        &mut self,
+        id: &(i64, String),
+        status: u16,
+        body: Bytes,
+    ) -> Result<(), TestCaseError> {
+        if status == 201 {
+            let answer: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|e| TestCaseError::fail(format!("{id:?}: answer {body:?}: {e}")))?;
+            check!(
+                answer["scope"] == id.0,
+                "{id:?}: answered for scope {}",
+                answer["scope"]
+            );
+            let derived = answer["a"].as_str().unwrap_or_default().to_owned();
+            check!(
+                answer["b"] == derived.as_str(),
+                "{id:?}: phases a and b saw different derived keys"
+            );
+            match &self.derived {
+                Some(known) => check!(
+                    *known == derived,
+                    "{id:?}: the answer's derived key {derived} is not the operation's {known}"
+                ),
+                None => self.derived = Some(derived),
+            }
+        }
+        self.original = Some((status, body));
+        Ok(())
+    }
+}
+
 impl Model {
     /// Before a request: a completed key past its retention starts a new operation.
-    pub(crate) fn begin(&mut self, scope: usize, key: u8, variant: u8) {
+    /// Returns whether the request starts one (no operation of the key was under way).
+    pub(crate) fn begin(&mut self, scope: usize, key: u8, variant: u8) -> bool {
         let id = (SCOPES[scope], format!("k{key}"));
         let ended = self
             .ops
@@ -41,10 +77,60 @@ impl Model {
             let op = self.ops.remove(&id).expect("present");
             self.retired.extend(op.derived);
         }
+        let fresh = !self.ops.contains_key(&id);
         self.ops.entry(id).or_insert_with(|| Op {
             variant,
             ..Op::default()
         });
+        fresh
+    }
+
+    /// After a request was dropped without its answer, once its connections are back:
+    /// `in_progress` tells whether the key's row is there and not completed, `stored` is
+    /// the answer it holds if it is completed within its retention. A dropped request
+    /// that got past its claim leaves the key in progress for a retry (with whatever
+    /// phases it committed); one that got as far as the completion stored a final
+    /// answer, which every retry must replay; one that did neither left no trace, and
+    /// the operation it would have started never began.
+    pub(crate) fn cut(
+        &mut self,
+        scope: usize,
+        key: u8,
+        variant: u8,
+        fresh: bool,
+        in_progress: bool,
+        stored: Option<(u16, Bytes)>,
+    ) -> Result<(), TestCaseError> {
+        let id = (SCOPES[scope], format!("k{key}"));
+        if fresh && !in_progress && stored.is_none() {
+            self.ops.remove(&id);
+            return Ok(());
+        }
+        let op = self.ops.get_mut(&id).expect("begun");
+        if let Some((original_status, original_body)) = &op.original {
+            check!(
+                stored
+                    .as_ref()
+                    .is_some_and(|(s, b)| s == original_status && b == original_body),
+                "{id:?}: under a dropped request the stored answer became {stored:?}; it was \
+                 {original_status} {original_body:?}"
+            );
+            return Ok(());
+        }
+        let Some((status, body)) = stored else {
+            return Ok(());
+        };
+        check!(
+            variant == op.variant,
+            "{id:?}: a dropped request with another body stored {status} {body:?}"
+        );
+        check!(
+            matches!(status, 201 | 402),
+            "{id:?}: a dropped request stored {status} {body:?}"
+        );
+        // The completion gave the key a fresh retention.
+        op.retention_over = false;
+        op.record(&id, status, body)
     }
 
     /// Checks one answer against the model.
@@ -93,27 +179,7 @@ impl Model {
             "{id:?}: a replay of an answer never given: {status}"
         );
         if matches!(status, 201 | 402) {
-            op.original = Some((status, reply.body.clone()));
-            if status == 201 {
-                let body: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
-                check!(
-                    body["scope"] == SCOPES[scope],
-                    "{id:?}: answered for scope {}",
-                    body["scope"]
-                );
-                let derived = body["a"].as_str().unwrap_or_default().to_owned();
-                check!(
-                    body["b"] == derived.as_str(),
-                    "{id:?}: phases a and b saw different derived keys"
-                );
-                match &op.derived {
-                    Some(known) => check!(
-                        *known == derived,
-                        "{id:?}: the answer's derived key {derived} is not the operation's {known}"
-                    ),
-                    None => op.derived = Some(derived),
-                }
-            }
+            op.record(&id, status, reply.body.clone())?;
         } else {
             check!(
                 matches!(status, 409 | 500 | 503),

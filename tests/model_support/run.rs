@@ -11,10 +11,11 @@ use futures_util::future::{Either, join_all, select};
 use proptest::test_runner::TestCaseError;
 use tokio::sync::Notify;
 
+use super::cut_after;
 use super::handler::{Control, axum_on_postgres, axum_on_sqlite, operation};
 use super::model::Model;
 use super::steps::{Outcome, SCOPES, Step};
-use super::store::{ModelStore, move_time, reset, settle, sweep};
+use super::store::{ModelStore, move_time, reset, settle, stored_answer, sweep};
 use crate::support::{self, Env, Reply, TestApp};
 
 /// Deliveries in progress and done, from every relay of a sequence.
@@ -89,6 +90,28 @@ impl<DB: ModelStore> Run<'_, DB> {
                     replies.iter().partition(|r| r.replayed());
                 for reply in firsts.into_iter().chain(replays) {
                     self.model.answered(scope, key, variant, reply, true)?;
+                }
+            }
+            Step::Cut(scope, key, variant, outcome, polls) => {
+                let fresh = self.model.begin(scope, key, variant);
+                let call = self.app.call(self.request(scope, key, variant, outcome));
+                match cut_after(call, polls).await {
+                    Some(reply) => self.model.answered(scope, key, variant, &reply, false)?,
+                    None => {
+                        settle(self.env).await?;
+                        let in_progress = DB::scalar(
+                            &self.env.pool,
+                            &format!(
+                                "SELECT count(*) FROM idem_keys WHERE scope = '{}' \
+                                 AND idem_key = 'k{key}' AND state <> 'completed'",
+                                SCOPES[scope]
+                            ),
+                        )
+                        .await;
+                        let stored = stored_answer(&self.env.pool, SCOPES[scope], key).await;
+                        self.model
+                            .cut(scope, key, variant, fresh, in_progress > 0, stored)?;
+                    }
                 }
             }
             Step::LeaseEnds(scope, key) => {
@@ -308,5 +331,8 @@ async fn run_sequence<DB: ModelStore>(env: &Env<DB>, steps: &[Step]) -> Result<(
     for step in steps {
         run.step(step).await?;
     }
-    run.drain().await
+    run.drain().await?;
+    // What the last step's dropped requests set going finishes here, not in the next
+    // sequence, whose reset it would race.
+    settle(env).await
 }

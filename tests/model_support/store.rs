@@ -1,6 +1,7 @@
 //! The database side of the model: the statements each backend spells its own way (time
 //! moves, resets, the effects the handler records), and the effects table.
 
+use actix_web::web::Bytes;
 use proptest::test_runner::TestCaseError;
 use sqlx::{AssertSqlSafe, Pool};
 
@@ -22,6 +23,12 @@ pub(crate) trait ModelStore: TestBackend {
     /// next write waits.
     const LEFT_OPEN: Option<&'static str>;
 
+    /// Ends the sessions [`ModelStore::LEFT_OPEN`] counts, returning how many. Run after
+    /// a sequence failed: a transaction a dropped request left open keeps its row locks,
+    /// and every sequence proptest then tries while shrinking would wait on them forever
+    /// instead of reporting. `None` for SQLite, where `LEFT_OPEN` is `None` too.
+    const END_LEFT_OPEN: Option<&'static str>;
+
     /// Runs one statement of the test's own (time moves, resets).
     fn run(pool: &Pool<Self>, sql: String) -> impl Future<Output = ()>;
 
@@ -36,11 +43,12 @@ pub(crate) trait ModelStore: TestBackend {
 }
 
 macro_rules! model_store {
-    ($db:ty, $past:literal, $body_text:literal, $left_open:expr) => {
+    ($db:ty, $past:literal, $body_text:literal, $left_open:expr, $end_left_open:expr) => {
         impl ModelStore for $db {
             const PAST: &'static str = $past;
             const BODY_TEXT: &'static str = $body_text;
             const LEFT_OPEN: Option<&'static str> = $left_open;
+            const END_LEFT_OPEN: Option<&'static str> = $end_left_open;
 
             async fn run(pool: &Pool<Self>, sql: String) {
                 sqlx::query(AssertSqlSafe(sql.clone()))
@@ -77,12 +85,18 @@ model_store!(
     Some(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
          AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'"
+    ),
+    Some(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+         AND state LIKE 'idle in transaction%'"
     )
 );
 model_store!(
     sqlx::Sqlite,
     "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 1000000",
     "CAST(response_body AS TEXT)",
+    None,
     None
 );
 
@@ -140,6 +154,32 @@ pub(crate) async fn settle<DB: ModelStore>(env: &Env<DB>) -> Result<(), TestCase
         )));
     }
     Ok(())
+}
+
+/// The answer key `k{key}` of `scope` holds, if it is completed within its retention: a
+/// row whose retention the test ended holds the answer of an operation that is over.
+pub(crate) async fn stored_answer<DB: ModelStore>(
+    pool: &Pool<DB>,
+    scope: i64,
+    key: u8,
+) -> Option<(u16, Bytes)> {
+    let rows = DB::texts(
+        pool,
+        &format!(
+            "SELECT CAST(response_status AS TEXT) || ' ' || {} FROM idem_keys \
+             WHERE scope = '{scope}' AND idem_key = 'k{key}' AND state = 'completed' \
+               AND expires_at > {}",
+            DB::BODY_TEXT,
+            DB::PAST
+        ),
+    )
+    .await;
+    let row = rows.into_iter().next()?;
+    let (status, body) = row.split_once(' ').expect("status and body");
+    Some((
+        status.parse().expect("a status"),
+        Bytes::from(body.to_owned()),
+    ))
 }
 
 /// Empties what one sequence leaves behind, so the next starts from nothing.

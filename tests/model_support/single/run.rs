@@ -4,20 +4,16 @@
 
 use std::collections::HashSet;
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::Poll;
-
 use actix_web::web;
-use actix_web::web::Bytes;
 use futures_util::future::join_all;
 use proptest::test_runner::TestCaseError;
 
 use super::handler::{axum_on_postgres, axum_on_sqlite, operation};
 use super::{Beside, Model, Outcome, Step};
+use crate::model_support::cut_after;
 use crate::model_support::handler::Control;
 use crate::model_support::steps::SCOPES;
-use crate::model_support::store::{ModelStore, move_time, reset, settle, sweep};
+use crate::model_support::store::{ModelStore, move_time, reset, settle, stored_answer, sweep};
 use crate::support::{self, Env, Reply, TestApp};
 
 struct Run<'a, DB: ModelStore> {
@@ -113,7 +109,7 @@ impl<DB: ModelStore> Run<'_, DB> {
                     }
                     None => {
                         settle(self.env).await?;
-                        let stored = self.stored(scope, key).await;
+                        let stored = stored_answer(&self.env.pool, SCOPES[scope], key).await;
                         self.model.cut(scope, key, variant, stored)?;
                     }
                 }
@@ -129,29 +125,6 @@ impl<DB: ModelStore> Run<'_, DB> {
             }
         }
         self.check_database().await
-    }
-
-    /// The answer the key's row holds, if it is completed within its retention: a row
-    /// whose retention the test ended holds the answer of an operation that is over.
-    async fn stored(&self, scope: usize, key: u8) -> Option<(u16, Bytes)> {
-        let rows = DB::texts(
-            &self.env.pool,
-            &format!(
-                "SELECT CAST(response_status AS TEXT) || ' ' || {} FROM idem_keys \
-                 WHERE scope = '{}' AND idem_key = 'k{key}' AND state = 'completed' \
-                   AND expires_at > {}",
-                DB::BODY_TEXT,
-                SCOPES[scope],
-                DB::PAST
-            ),
-        )
-        .await;
-        let row = rows.into_iter().next()?;
-        let (status, body) = row.split_once(' ').expect("status and body");
-        Some((
-            status.parse().expect("a status"),
-            Bytes::from(body.to_owned()),
-        ))
     }
 
     /// After each step: the effects committed are exactly those the stored answers name
@@ -235,7 +208,9 @@ async fn run_sequence<DB: ModelStore>(env: &Env<DB>, steps: &[Step]) -> Result<(
     for step in steps {
         run.step(step).await?;
     }
-    Ok(())
+    // What the last step's dropped requests set going finishes here, not in the next
+    // sequence, whose reset it would race.
+    settle(env).await
 }
 
 /// One instance of the application with the model's route, on either framework.
@@ -255,21 +230,5 @@ async fn app<DB: ModelStore>(env: &Env<DB>, control: &web::Data<Control>) -> Tes
             )
         },
     )
-    .await
-}
-
-/// `call`'s answer, or `None` when it was still pending after `polls` polls and was
-/// dropped there.
-async fn cut_after<T>(call: impl Future<Output = T>, polls: u8) -> Option<T> {
-    let mut call = pin!(call);
-    let mut left = polls;
-    std::future::poll_fn(move |cx| match call.as_mut().poll(cx) {
-        Poll::Ready(answer) => Poll::Ready(Some(answer)),
-        Poll::Pending if left == 0 => Poll::Ready(None),
-        Poll::Pending => {
-            left -= 1;
-            Poll::Pending
-        }
-    })
     .await
 }
