@@ -1,9 +1,9 @@
 //! Model-based test of the phased form: proptest generates sequences of requests,
 //! concurrent duplicates, handler outcomes (2xx, a stored 4xx, 5xx, panic), process
-//! deaths at each phase boundary, requests dropped after any number of polls, lease and retention expiry, expiry sweeps, relay runs
-//! and relay deaths, and drives the real runtime through them on both databases, with the
-//! handler on actix-web and on axum. After every step the database and the answers are
-//! checked against a reference model:
+//! deaths at each phase boundary, requests dropped after any number of polls, lease and
+//! retention expiry, expiry sweeps, relay runs and relay deaths, and drives the real
+//! runtime through them on both databases, with the handler on actix-web and on axum.
+//! After every step the database and the answers are checked against a reference model:
 //!
 //! - each committed phase ran at most once per operation (an operation is a key from its
 //!   first use until it completes, whatever attempts and retentions it passes through);
