@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use idem_testkit::free_port;
+
 use crate::host::{
-    chown, euid_is_root, free_port, http_status, postgres_bin, postgres_ids, postmaster_pid, tail,
-    which,
+    chown, euid_is_root, http_status, postgres_bin, postgres_ids, postmaster_pid, tail, which,
 };
 
 /// The PostgreSQL replication Patroni is told to run.

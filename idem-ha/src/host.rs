@@ -1,9 +1,9 @@
 //! What the cluster asks of the machine: the installed programs and the `postgres` OS
-//! user, free loopback ports, a health endpoint's status, a server's pid and a log's tail.
+//! user, a health endpoint's status, a server's pid and a log's tail.
 //! Nothing here knows the cluster's layout; `cluster.rs` puts these together.
 
 use std::fs;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,7 +14,9 @@ pub(crate) fn http_status(port: u16, path: &str) -> Option<u16> {
     use std::io::{Read, Write};
     let addr = (Ipv4Addr::LOCALHOST, port).into();
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    // Patroni answers slowly while its PostgreSQL starts; a poller that hangs up first
+    // only adds a traceback to its log.
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(stream, "GET /{path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
     // Read to the end (HTTP/1.0: the server closes): closing early makes Patroni log a
     // reset connection.
@@ -28,10 +30,24 @@ pub(crate) fn postmaster_pid(data: &Path) -> Option<String> {
     text.lines().next().map(|l| l.trim().to_owned())
 }
 
+/// The last lines of a component's log, for a failure message. Patroni's REST API prints
+/// a Python traceback whenever a poller gives up on an answer (a slow node under load);
+/// those blocks are left out, because a handful of them fill the tail and hide the lines
+/// that say why PostgreSQL or Patroni failed. Lines that start with a timestamp, and
+/// PostgreSQL's tab-indented continuation lines, are kept.
 pub(crate) fn tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(25)..].join("\n")
+    let (kept, dropped): (Vec<&str>, Vec<&str>) = text
+        .lines()
+        .partition(|l| l.starts_with(|c: char| c.is_ascii_digit() || c == '\t'));
+    let mut out = kept[kept.len().saturating_sub(40)..].join("\n");
+    if !dropped.is_empty() {
+        out.push_str(&format!(
+            "\n({} line(s) of Python tracebacks and other untimed output left out)",
+            dropped.len()
+        ));
+    }
+    out
 }
 
 pub(crate) fn which(program: &str) -> Option<PathBuf> {
@@ -93,12 +109,4 @@ pub(crate) fn chown(path: &Path, (uid, gid): (u32, u32)) -> Result<(), String> {
     }
     std::os::unix::fs::chown(path, Some(uid), Some(gid))
         .map_err(|e| format!("cannot chown {}: {e}", path.display()))
-}
-
-/// A free TCP port on 127.0.0.1 (free when asked).
-pub(crate) fn free_port() -> Result<u16, String> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
 }

@@ -182,7 +182,7 @@ impl Services {
             addrs: Vec::new(),
         };
         for _ in 0..n {
-            let port = crate::host::free_port()?;
+            let port = idem_testkit::free_port()?;
             let addr = format!("127.0.0.1:{port}");
             let mut child = Command::new(server)
                 .env("DATABASE_URL", url)

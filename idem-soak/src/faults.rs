@@ -58,11 +58,7 @@ pub(crate) fn build_example() -> Result<PathBuf, String> {
 
 /// A port that was free a moment ago, as `127.0.0.1:<port>`.
 fn free_addr() -> Result<String, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free port: {e}"))?
-        .port();
-    Ok(format!("127.0.0.1:{port}"))
+    Ok(format!("127.0.0.1:{}", idem_testkit::free_port()?))
 }
 
 /// Why an example process did not start.

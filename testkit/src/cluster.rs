@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
+use crate::ports::free_port;
 use crate::server::{
-    STARTUP_TIMEOUT, euid_is_root, find_server_binaries, free_port, init_data_dir, log_tail,
-    make_temp_dir, postgres_user_ids, server_command, server_ready,
+    STARTUP_TIMEOUT, euid_is_root, find_server_binaries, init_data_dir, log_tail, make_temp_dir,
+    postgres_user_ids, server_command, server_ready,
 };
 
 /// How long a stopping server may take before it is killed.

@@ -28,6 +28,7 @@
 mod cluster;
 mod database;
 mod names;
+mod ports;
 mod private;
 mod server;
 mod sqlite;
@@ -35,4 +36,5 @@ mod url;
 
 pub use cluster::{PgCluster, StopMode};
 pub use database::TestDb;
+pub use ports::free_port;
 pub use sqlite::TestSqlite;

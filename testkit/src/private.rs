@@ -10,9 +10,10 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
+use crate::ports::free_port;
 use crate::server::{
-    STARTUP_TIMEOUT, euid_is_root, find_server_binaries, free_port, init_data_dir, log_tail,
-    make_temp_dir, postgres_user_ids, server_ready,
+    STARTUP_TIMEOUT, euid_is_root, find_server_binaries, init_data_dir, log_tail, make_temp_dir,
+    postgres_user_ids, server_ready,
 };
 
 /// The private cluster of this process. Lives in a static and is never dropped: the end of the

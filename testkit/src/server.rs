@@ -1,11 +1,11 @@
 //! The installed PostgreSQL server and what running it takes: finding its binaries, the
-//! `postgres` OS user when we are root, `initdb`, a free port, a private directory, and
+//! `postgres` OS user when we are root, `initdb`, a private directory, and
 //! telling when a server is ready. Shared by the process's private cluster and
 //! `PgCluster`; knows neither.
 
 use std::fs;
 use std::io::Read;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -92,14 +92,6 @@ pub(crate) fn server_command(as_postgres: bool, program: &Path) -> Command {
     } else {
         Command::new(program)
     }
-}
-
-/// A free TCP port on 127.0.0.1 (free at the time of asking).
-pub(crate) fn free_port() -> Result<u16, String> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("cannot find a free TCP port on 127.0.0.1: {e}"))
 }
 
 /// A new private directory under the system temp dir.

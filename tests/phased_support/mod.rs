@@ -200,11 +200,10 @@ fn build_examples() -> Vec<(String, PathBuf)> {
     built
 }
 
+/// A free loopback port, distinct from the others this test process picked
+/// ([`idem_testkit::free_port`]).
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free local port")
-        .port()
+    idem_testkit::free_port().expect("a free local port")
 }
 
 /// How long the example may take to migrate and start listening.
