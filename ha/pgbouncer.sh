@@ -27,13 +27,19 @@ done
 
 # PostgreSQL and PgBouncer both refuse to run as root: as root they run as `postgres`.
 as_server() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Two free ports, distinct: both are held until both are known, because two separate picks
+# of port 0 hand out the same port often enough (idem_testkit::free_port says how often).
+free_ports() {
+    python3 -c 'import socket
+held = [socket.socket() for _ in range(2)]
+for s in held: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in held))'
+}
 
 dir=$(mktemp -d /tmp/idem-pgbouncer.XXXXXX)
 chmod 755 "$dir"
 [ "$(id -u)" = 0 ] && chown postgres: "$dir"
-pg_port=$(free_port)
-pgb_port=$(free_port)
+read -r pg_port pgb_port < <(free_ports) || die "no two free ports on 127.0.0.1"
 cleanup() {
     set +e
     [ -s "$dir/pgbouncer.pid" ] && kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null
