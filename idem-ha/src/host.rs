@@ -32,22 +32,41 @@ pub(crate) fn postmaster_pid(data: &Path) -> Option<String> {
 
 /// The last lines of a component's log, for a failure message. Patroni's REST API prints
 /// a Python traceback whenever a poller gives up on an answer (a slow node under load);
-/// those blocks are left out, because a handful of them fill the tail and hide the lines
-/// that say why PostgreSQL or Patroni failed. Lines that start with a timestamp, and
-/// PostgreSQL's tab-indented continuation lines, are kept.
+/// those lines are left out, because a handful of tracebacks fill the tail and hide the
+/// lines that say why PostgreSQL or Patroni failed. Everything else (Patroni's and
+/// PostgreSQL's lines with their tab-indented continuations, etcd's JSON, HAProxy's
+/// notices) is kept.
 pub(crate) fn tail(path: &Path) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let (kept, dropped): (Vec<&str>, Vec<&str>) = text
-        .lines()
-        .partition(|l| l.starts_with(|c: char| c.is_ascii_digit() || c == '\t'));
+    tail_of(&fs::read_to_string(path).unwrap_or_default())
+}
+
+fn tail_of(text: &str) -> String {
+    let (dropped, kept): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| is_traceback(l));
     let mut out = kept[kept.len().saturating_sub(40)..].join("\n");
     if !dropped.is_empty() {
         out.push_str(&format!(
-            "\n({} line(s) of Python tracebacks and other untimed output left out)",
+            "\n({} line(s) of Python tracebacks left out)",
             dropped.len()
         ));
     }
     out
+}
+
+/// Whether `line` belongs to a Python traceback as Python's socketserver prints one: the
+/// banner, the frames and source lines (indented by spaces), the separators, and the
+/// exception's own line.
+fn is_traceback(line: &str) -> bool {
+    let exception = line
+        .split_once(':')
+        .map_or(line, |(name, _)| name)
+        .trim_end();
+    line.trim().is_empty()
+        || line.starts_with(' ')
+        || line.starts_with("Traceback (most recent call last)")
+        || line.starts_with("Exception occurred during processing of request")
+        || line.chars().all(|c| c == '-')
+        || (!exception.contains(' ')
+            && (exception.ends_with("Error") || exception.ends_with("Exception")))
 }
 
 pub(crate) fn which(program: &str) -> Option<PathBuf> {
@@ -109,4 +128,54 @@ pub(crate) fn chown(path: &Path, (uid, gid): (u32, u32)) -> Result<(), String> {
     }
     std::os::unix::fs::chown(path, Some(uid), Some(gid))
         .map_err(|e| format!("cannot chown {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What CI's failure message showed (stop 35): a traceback around the lines that
+    /// matter. The tracebacks go; Patroni's, PostgreSQL's (with its tab-indented
+    /// continuation), etcd's and HAProxy's lines stay, in order.
+    #[test]
+    fn a_tail_keeps_every_line_but_the_tracebacks() {
+        let log = "\
+----------------------------------------
+Exception occurred during processing of request from ('127.0.0.1', 41234)
+Traceback (most recent call last):
+  File \"/usr/lib/python3.11/socketserver.py\", line 834, in write
+    self._sock.sendall(b)
+BrokenPipeError: [Errno 32] Broken pipe
+
+2026-12-04 19:30:36,775 INFO: Lock owner: pg1; I am pg2
+2026-12-04 19:30:36.800 UTC [30490] FATAL:  could not create any TCP/IP sockets
+\t\tIs another postmaster already running?
+{\"level\":\"warn\",\"msg\":\"slow fdatasync\"}
+[WARNING]  (1234) : Server postgres/pg2 is DOWN
+ConnectionResetError: [Errno 104] Connection reset by peer
+----------------------------------------
+";
+        assert_eq!(
+            tail_of(log),
+            "\
+2026-12-04 19:30:36,775 INFO: Lock owner: pg1; I am pg2
+2026-12-04 19:30:36.800 UTC [30490] FATAL:  could not create any TCP/IP sockets
+\t\tIs another postmaster already running?
+{\"level\":\"warn\",\"msg\":\"slow fdatasync\"}
+[WARNING]  (1234) : Server postgres/pg2 is DOWN
+(9 line(s) of Python tracebacks left out)"
+        );
+    }
+
+    /// Only the last 40 lines are kept, and a log without tracebacks says nothing more.
+    #[test]
+    fn a_tail_is_the_last_forty_lines() {
+        let log: String = (1..=100)
+            .map(|i| format!("2026-12-04 line {i}\n"))
+            .collect();
+        let tail = tail_of(&log);
+        assert_eq!(tail.lines().count(), 40);
+        assert_eq!(tail.lines().next(), Some("2026-12-04 line 61"));
+        assert_eq!(tail.lines().last(), Some("2026-12-04 line 100"));
+    }
 }
