@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A TCP port on 127.0.0.1 that nothing listens on, distinct from every port this
@@ -54,12 +55,15 @@ pub fn free_port() -> Result<u16, String> {
 const PRIVATE_SPAN: u16 = 8_192;
 
 /// Where the kernel's ephemeral port range starts; Linux's default where it cannot be
-/// read.
+/// read. Read once per process: the setting does not change under a test run.
 fn ephemeral_low() -> u16 {
-    fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
+    static LOW: OnceLock<u16> = OnceLock::new();
+    *LOW.get_or_init(|| {
+        fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32_768)
+    })
 }
 
 #[cfg(test)]
