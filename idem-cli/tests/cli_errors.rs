@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::net::TcpListener;
-
 use support::{fresh, idem, idem_on, migrated};
 
 #[test]
@@ -18,11 +16,9 @@ fn no_database_url() {
 
 #[test]
 fn no_database_reachable() {
-    // A port that was free a moment ago: nothing listens there.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    // A free port below the kernel's ephemeral range, where no other test's server (bound
+    // to port 0) and no outgoing connection can be given it meanwhile: nothing listens.
+    let port = idem_testkit::free_port().expect("a free port");
     let url = format!("postgres://app:secret@127.0.0.1:{port}/shop");
     for command in ["migrate", "stats"] {
         let message = idem(&["--database-url", &url, command], &[]).one_line_error();
