@@ -250,7 +250,7 @@ async fn rounds(
             let cpu = stats.cpu_per_request().unwrap_or_default();
             eprintln!(
                 "idem-bench: round {}/{} {:<15} {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  \
-                 cpu µs/req {:>4.0} {:>4.0} {:>4.0}  others {:>3.0}%{}",
+                 cpu µs/req {:>4.0} {:>4.0} {:>4.0}  server switches/req {:>5.1}  others {:>3.0}%{}",
                 round + 1,
                 options.rounds,
                 scenario.name(),
@@ -260,6 +260,7 @@ async fn rounds(
                 cpu[0],
                 cpu[1],
                 cpu[2],
+                stats.switches_per_request().unwrap_or_default(),
                 stats.others_share(crate::server::workers()) * 100.0,
                 if stats.errors > 0 {
                     format!("  {} errors", stats.errors)
