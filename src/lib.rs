@@ -326,6 +326,8 @@ pub use idem_runtime::outbox;
 pub use idem_runtime::phased;
 /// The problem responses idem answers with.
 pub use idem_runtime::problem;
+/// The per-endpoint idempotency report (`idem audit --format report`, `registry::report()`).
+pub use idem_runtime::report;
 pub use idem_runtime::{
     Backend, ChosenBackend, DefaultBackend, Fingerprint, Headers, IDEMPOTENCY_KEY,
     IDEMPOTENT_REPLAYED, Idem, IdempotencyKey, IntoHeaderName, IntoStatusCode, InvalidJson,

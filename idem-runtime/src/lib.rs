@@ -23,6 +23,7 @@ pub mod openapi;
 pub mod outbox;
 mod protocol;
 mod registry;
+pub mod report;
 mod store;
 
 #[cfg(feature = "encryption")]
