@@ -4,8 +4,8 @@ mod support;
 
 use actix_web::{HttpResponse, put, web};
 
-/// Declared here, with `#[idempotent]` below the route attribute: the route is not
-/// visible to it, so the registry knows the handler by name only.
+/// Declared here, with `#[idempotent]` below the route attribute: the route has expanded
+/// first, and `#[idempotent]` reads its method and path back from this file.
 #[put("/test/things/{id}")]
 #[idem::idempotent(scope = id, backend = sqlx::Postgres, retention = "7d")]
 async fn put_thing(id: idem::UnverifiedScope<web::Path<i64>>) -> HttpResponse {
@@ -40,7 +40,7 @@ fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
                 "put_thing",
                 "id",
                 7 * 24 * 3600,
-                None
+                Some(("PUT", "/test/things/{id}"))
             ),
             // Generic over the database, so registered with `.route(..)`, without a
             // route attribute for the registry to see.

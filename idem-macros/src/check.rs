@@ -7,6 +7,7 @@ use quote::{ToTokens, quote};
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Type, Visibility};
 
+use crate::above;
 use crate::axum_rules::{axum_route_attribute, axum_rules};
 use crate::backend::{backend, borrowed_backend, checked_backend, is_type_param, unnamed_backend};
 use crate::errors::Errors;
@@ -249,6 +250,24 @@ fn attributes(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Attrs
             AttrKind::Inner => attrs.inner.push(attr.clone()),
         }
     }
+    // A route attribute written above `#[idempotent]` has expanded already and kept the
+    // function: only the source file still shows it. Its methods are checked the same
+    // way; its errors point at `#[idempotent]`, since the tokens read back from the file
+    // carry no place of their own.
+    for attr in above::attributes_above(func) {
+        match syntax::classify(&attr) {
+            AttrKind::Route(_) if framework == Framework::Axum => {
+                errors.push(axum_route_attribute(&attr, &func.sig.ident));
+            }
+            AttrKind::Route(route) => {
+                routes.extend(route.methods.into_iter().map(|mut method| {
+                    method.span = Span::call_site();
+                    (method, route.path.clone())
+                }));
+            }
+            _ => {}
+        }
+    }
     let several = routes.len() > 1;
     for (method, _) in routes.iter().filter(|(method, _)| method.safe) {
         errors.push(validate::safe_method(method, several));
@@ -382,6 +401,18 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
         let role = Role::of(&arg.ty);
         if ident == name {
             let what = match role {
+                Role::Extractor if syntax::is_body(&arg.ty) => {
+                    errors.push(syn::Error::new_spanned(
+                        &arg.ty,
+                        format!(
+                            "`{name}` is the request body, which the client chooses, so it \
+                             cannot identify the caller: scope by an authenticated caller, \
+                             e.g. `scope = account` with `account: Account` from your \
+                             authentication"
+                        ),
+                    ));
+                    return None;
+                }
                 Role::Extractor => {
                     return Some(Scope {
                         index,

@@ -10,6 +10,7 @@
 use proc_macro::TokenStream;
 use quote::ToTokens;
 
+mod above;
 mod axum_rules;
 mod backend;
 mod check;

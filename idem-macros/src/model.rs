@@ -58,7 +58,7 @@ pub(crate) struct Model {
     pub(crate) lease: Option<Duration>,
     /// A webhook handler's key source (`key = ..`); `None`: the `Idempotency-Key` header.
     pub(crate) key: Option<validate::KeySpec>,
-    /// The method and path of the one route attribute written below `#[idempotent]`,
+    /// The method and path of the one route attribute, below `#[idempotent]` or above it,
     /// for the registry.
     pub(crate) route: Option<(String, LitStr)>,
 }

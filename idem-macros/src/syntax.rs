@@ -215,6 +215,18 @@ impl Role {
     }
 }
 
+/// Whether `ty` is an extractor of the whole request body as text or bytes (`String`,
+/// `Bytes`, `BytesMut`, bare or by any path). Both frameworks extract these from the
+/// body; `String` is also an `idem::ScopeKey`, so the type system
+/// alone would let a client-chosen body scope the keys.
+pub(crate) fn is_body(ty: &Type) -> bool {
+    let Type::Path(path) = ty else { return false };
+    path.qself.is_none()
+        && ["String", "Bytes", "BytesMut"]
+            .iter()
+            .any(|name| last_segment_is(path, name))
+}
+
 fn last_segment_is(path: &TypePath, name: &str) -> bool {
     path.qself.is_none() && path.path.segments.last().is_some_and(|s| s.ident == name)
 }

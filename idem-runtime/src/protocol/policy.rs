@@ -76,8 +76,9 @@ impl Policy {
         }
     }
 
-    /// The same policy with the route's method and path, when the macro can see them
-    /// (with `#[idempotent]` written above the route attribute).
+    /// The same policy with the route's method and path, when the macro can see them:
+    /// from one route attribute of a single method, written below `#[idempotent]` or
+    /// above it.
     pub const fn with_route(self, method: &'static str, path: &'static str) -> Self {
         Self {
             route: Some((method, path)),
