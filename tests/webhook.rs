@@ -202,7 +202,9 @@ where
     let body = event("evt_2", "ch_2", 100);
 
     // Signed with another secret.
-    let forger = idem::WebhookVerifier::new(webhooks::SENDER, "c29tZW9uZSBlbHNl").unwrap();
+    let forger =
+        idem::WebhookVerifier::new(webhooks::SENDER, "c29tZW9uZSBlbHNlLCBub3QgdGhlIHNlbmRlcg==")
+            .unwrap();
     let t = now();
     let forged = delivery(webhooks::PATH, "evt_2", &body)
         .insert_header((

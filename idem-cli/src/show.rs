@@ -300,16 +300,25 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let n: u64 = number
         .parse()
         .map_err(|_| format!("`{text}` is not a duration: write e.g. 20ms, 1s or 5m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        "d" => Ok(Duration::from_secs(n * 86_400)),
-        _ => Err(format!(
-            "`{text}` has no known unit: write ms, s, m, h or d, e.g. 20ms"
-        )),
-    }
+    let seconds_per_unit = match unit {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "`{text}` has no known unit: write ms, s, m, h or d, e.g. 20ms"
+            ));
+        }
+    };
+    // Checked: a product that wrapped (release builds do not trap) would keep a key for a
+    // moment instead of the years asked for. The bound is a policy's, whose expiry time the
+    // databases can store.
+    n.checked_mul(seconds_per_unit)
+        .map(Duration::from_secs)
+        .filter(|duration| *duration <= idem_runtime::Policy::MAX_RETENTION)
+        .ok_or_else(|| format!("`{text}` is longer than 100000 years: write at most 36525000d"))
 }
 
 /// The URL without its password, for error messages.
@@ -376,6 +385,23 @@ mod tests {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("ms").is_err());
+    }
+
+    #[test]
+    fn a_duration_too_long_to_count_is_refused_not_wrapped() {
+        // 2^64 / 86_400 + 1 days: the product does not fit in a u64.
+        assert_eq!(
+            parse_duration("213503982334602d"),
+            Err(
+                "`213503982334602d` is longer than 100000 years: write at most 36525000d"
+                    .to_owned()
+            )
+        );
+        assert!(parse_duration("36525001d").is_err());
+        assert_eq!(
+            parse_duration("36525000d"),
+            Ok(idem_runtime::Policy::MAX_RETENTION)
+        );
     }
 
     #[test]

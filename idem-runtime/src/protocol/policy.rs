@@ -26,14 +26,43 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The shortest retention: a day. Keys must outlive the retries of clients, which
+    /// come back after timeouts and restarts; `#[idempotent]` refuses less at compile time.
+    pub const MIN_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+    /// The longest retention: 100 000 years (of 365.25 days), so that a key's expiry time
+    /// stays within what both databases store.
+    pub const MAX_RETENTION: Duration = Duration::from_secs(100_000 * 31_557_600);
+
     /// A policy for `handler` in `module_path`, scoped by the parameter named `scope`,
     /// keeping keys for `retention_secs` seconds.
+    ///
+    /// # Panics
+    ///
+    /// When the retention is under [`MIN_RETENTION`](Self::MIN_RETENTION) or over
+    /// [`MAX_RETENTION`](Self::MAX_RETENTION), the bounds `#[idempotent]` checks. In a
+    /// `static`, as the layer's policies are declared, that is a compile error:
+    ///
+    /// ```compile_fail
+    /// static HOURLY: idem_runtime::Policy =
+    ///     idem_runtime::Policy::new("create_order", "shop", "account", 3_600);
+    /// ```
     pub const fn new(
         handler: &'static str,
         module_path: &'static str,
         scope: &'static str,
         retention_secs: u64,
     ) -> Self {
+        assert!(
+            retention_secs >= Self::MIN_RETENTION.as_secs(),
+            "a policy's retention must be at least 24h (86_400 s): keys must outlive client \
+             retries"
+        );
+        assert!(
+            retention_secs <= Self::MAX_RETENTION.as_secs(),
+            "a policy's retention must be at most 100000y: a key's expiry time must stay \
+             within what the databases store"
+        );
         Self {
             handler,
             module_path,
@@ -115,5 +144,30 @@ impl Policy {
     /// take it over. `None` for a single-transaction handler.
     pub fn lease(&self) -> Option<Duration> {
         self.lease_ms.map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Policy;
+
+    #[test]
+    fn the_retention_bounds_are_the_macros() {
+        let day = Policy::new("h", "m", "s", 86_400);
+        assert_eq!(day.retention(), Policy::MIN_RETENTION);
+        let longest = Policy::new("h", "m", "s", Policy::MAX_RETENTION.as_secs());
+        assert_eq!(longest.retention(), Policy::MAX_RETENTION);
+    }
+
+    #[test]
+    #[should_panic(expected = "at least 24h")]
+    fn a_policy_kept_under_a_day_is_refused() {
+        let _ = Policy::new("h", "m", "s", 86_399);
+    }
+
+    #[test]
+    #[should_panic(expected = "at most 100000y")]
+    fn a_policy_kept_past_the_longest_retention_is_refused() {
+        let _ = Policy::new("h", "m", "s", Policy::MAX_RETENTION.as_secs() + 1);
     }
 }

@@ -23,10 +23,13 @@ pub const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-times
 /// Space-separated `v1,<base64 HMAC-SHA256>` signatures.
 pub const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
 
-/// A secret that cannot be used: not base64 after its optional `whsec_` prefix, or empty.
+/// A secret that cannot be used: not base64 after its optional `whsec_` prefix, or
+/// shorter than [`WebhookVerifier::MIN_SECRET_BYTES`] once decoded.
 ///
 /// ```
 /// assert!(idem_runtime::WebhookVerifier::new("provider", "whsec_???").is_err());
+/// // "fifteen-bytes!!": one byte short.
+/// assert!(idem_runtime::WebhookVerifier::new("provider", "ZmlmdGVlbi1ieXRlcyEh").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretError(String);
@@ -87,11 +90,26 @@ impl WebhookVerifier {
     /// How far a delivery's timestamp may be from now (either way) by default.
     pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 
+    /// The shortest secret accepted, in bytes once decoded: 16 (128 bits). An HMAC is no
+    /// stronger than its key (NIST SP 800-107 Rev. 1, section 5.3.4), and 128 bits is the
+    /// strength NIST SP 800-57 Part 1 asks of keys used past 2030. Standard Webhooks
+    /// senders issue 24 bytes and more (the specification's test vector has 24).
+    pub const MIN_SECRET_BYTES: usize = 16;
+
+    /// The longest tolerance accepted: just under [`Policy::MIN_RETENTION`]. A delivery is
+    /// accepted for as long as its timestamp is within the tolerance, and its key must
+    /// still be kept then, or a replay of it would run the handler again; every policy
+    /// keeps keys at least that long, so this bound holds for every handler.
+    ///
+    /// [`Policy::MIN_RETENTION`]: crate::Policy::MIN_RETENTION
+    pub const MAX_TOLERANCE: Duration =
+        Duration::from_secs(crate::Policy::MIN_RETENTION.as_secs() - 1);
+
     /// A verifier for `sender` (the scope of its events' keys) with its secret, base64
     /// with or without the `whsec_` prefix.
     ///
     /// ```
-    /// let verifier = idem_runtime::WebhookVerifier::new("github", "c2VjcmV0").unwrap();
+    /// let verifier = idem_runtime::WebhookVerifier::new("github", "ZG9jLWV4YW1wbGUtc2VjcmV0LTIwMjY=").unwrap();
     /// assert_eq!(verifier.sender(), "github");
     /// ```
     pub fn new(sender: impl Into<String>, secret: &str) -> Result<Self, SecretError> {
@@ -105,8 +123,8 @@ impl WebhookVerifier {
     /// Also accepts signatures made with `secret`, e.g. the old one during a rotation.
     ///
     /// ```
-    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "bmV3")
-    ///     .and_then(|v| v.also_accept("b2xk"))
+    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "bmV3LXNlY3JldC1vZi10aGUtc2VuZGVy")
+    ///     .and_then(|v| v.also_accept("b2xkLXNlY3JldC1vZi10aGUtc2VuZGVy"))
     ///     .unwrap();
     /// # let _ = verifier;
     /// ```
@@ -121,14 +139,25 @@ impl WebhookVerifier {
 
     /// How far a delivery's timestamp may be from now, either way (default 5 minutes).
     ///
+    /// # Panics
+    ///
+    /// When `tolerance` is over [`MAX_TOLERANCE`](Self::MAX_TOLERANCE): a delivery would
+    /// then still be accepted after its key may have expired.
+    ///
     /// ```
     /// # use std::time::Duration;
-    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "c2VjcmV0")
+    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "ZG9jLWV4YW1wbGUtc2VjcmV0LTIwMjY=")
     ///     .unwrap()
     ///     .tolerance(Duration::from_secs(60));
     /// # let _ = verifier;
     /// ```
     pub fn tolerance(self, tolerance: Duration) -> Self {
+        assert!(
+            tolerance <= Self::MAX_TOLERANCE,
+            "a webhook tolerance of {tolerance:?} outlasts the shortest retention of a key \
+             (24h), so a replay could come back after its key expired: keep it under a day, \
+             e.g. 5 minutes"
+        );
         Self { tolerance, ..self }
     }
 
@@ -141,7 +170,7 @@ impl WebhookVerifier {
     /// delivery: for a sender written in Rust, and for tests.
     ///
     /// ```
-    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "c2VjcmV0").unwrap();
+    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "ZG9jLWV4YW1wbGUtc2VjcmV0LTIwMjY=").unwrap();
     /// assert_eq!(verifier.sign("msg_1", 1_700_000_000, b"{}").len(), 3 + 44);
     /// ```
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
@@ -153,7 +182,7 @@ impl WebhookVerifier {
     /// clock now. `Ok` with the delivery's timestamp.
     ///
     /// ```
-    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "c2VjcmV0").unwrap();
+    /// let verifier = idem_runtime::WebhookVerifier::new("provider", "ZG9jLWV4YW1wbGUtc2VjcmV0LTIwMjY=").unwrap();
     /// let error = verifier.verify("msg_1", "1", "v1,AAAA", b"{}").unwrap_err();
     /// assert!(error.to_string().contains("timestamp"), "{error}");
     /// ```
@@ -206,8 +235,13 @@ impl WebhookVerifier {
 fn decode_secret(secret: &str) -> Result<Vec<u8>, SecretError> {
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
     match STANDARD.decode(encoded) {
-        Ok(bytes) if !bytes.is_empty() => Ok(bytes),
-        Ok(_) => Err(SecretError("the webhook secret is empty".to_owned())),
+        Ok(bytes) if bytes.len() >= WebhookVerifier::MIN_SECRET_BYTES => Ok(bytes),
+        Ok(bytes) => Err(SecretError(format!(
+            "the webhook secret is {} bytes long once decoded, and at least {} are needed: \
+             use the secret the sender issued (`whsec_` and base64)",
+            bytes.len(),
+            WebhookVerifier::MIN_SECRET_BYTES
+        ))),
         Err(error) => Err(SecretError(format!(
             "the webhook secret is not base64 after its `whsec_` prefix: {error}"
         ))),
@@ -227,7 +261,7 @@ fn mac(secret: &[u8], id: &str, timestamp: &str, body: &[u8]) -> Hmac<Sha256> {
 /// Why a delivery's signature was refused; answered 401 `webhook-signature-invalid`.
 ///
 /// ```
-/// let verifier = idem_runtime::WebhookVerifier::new("provider", "c2VjcmV0").unwrap();
+/// let verifier = idem_runtime::WebhookVerifier::new("provider", "ZG9jLWV4YW1wbGUtc2VjcmV0LTIwMjY=").unwrap();
 /// assert!(verifier.verify("msg_1", "not a time", "v1,AAAA", b"").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -430,6 +464,35 @@ mod tests {
             .unwrap()
     }
 
+    #[test]
+    fn a_secret_shorter_than_sixteen_bytes_is_refused_at_construction() {
+        let fifteen = STANDARD.encode(b"fifteen-bytes!!");
+        let sixteen = STANDARD.encode(b"sixteen-bytes!!!");
+        let error = WebhookVerifier::new("p", &fifteen).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the webhook secret is 15 bytes long once decoded, and at least 16 are needed: \
+             use the secret the sender issued (`whsec_` and base64)"
+        );
+        assert!(WebhookVerifier::new("p", &format!("whsec_{sixteen}")).is_ok());
+        let verifier = WebhookVerifier::new("p", &sixteen).unwrap();
+        assert!(verifier.also_accept("").is_err());
+    }
+
+    #[test]
+    fn a_tolerance_up_to_the_shortest_retention_is_accepted() {
+        let verifier = WebhookVerifier::new("p", &STANDARD.encode(b"sixteen-bytes!!!")).unwrap();
+        let verifier = verifier.tolerance(WebhookVerifier::MAX_TOLERANCE);
+        assert!(verifier.tolerance < crate::Policy::MIN_RETENTION);
+    }
+
+    #[test]
+    #[should_panic(expected = "outlasts the shortest retention of a key")]
+    fn a_tolerance_as_long_as_a_retention_is_refused() {
+        let verifier = WebhookVerifier::new("p", &STANDARD.encode(b"sixteen-bytes!!!")).unwrap();
+        let _ = verifier.tolerance(crate::Policy::MIN_RETENTION);
+    }
+
     /// The test vector of the Standard Webhooks specification.
     #[test]
     fn the_specifications_example_signature() {
@@ -443,10 +506,10 @@ mod tests {
 
     #[test]
     fn a_signature_verifies_once_rotated_and_not_when_stale_or_altered() {
-        let old = WebhookVerifier::new("p", "b2xkLXNlY3JldA==").unwrap();
-        let new = WebhookVerifier::new("p", "bmV3LXNlY3JldA==")
+        let old = WebhookVerifier::new("p", "b2xkLXNlY3JldC1vZi10aGUtc2VuZGVy").unwrap();
+        let new = WebhookVerifier::new("p", "bmV3LXNlY3JldC1vZi10aGUtc2VuZGVy")
             .unwrap()
-            .also_accept("b2xkLXNlY3JldA==")
+            .also_accept("b2xkLXNlY3JldC1vZi10aGUtc2VuZGVy")
             .unwrap();
         let t = now();
         let signed = old.sign("evt_1", t, b"{}");
