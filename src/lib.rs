@@ -235,6 +235,11 @@
 //! `#[idempotent]` for a safe method (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `QUERY`),
 //! alone or among the methods of one handler.
 //!
+//! A mutating handler that is safe to repeat without a key (a PUT by a client-chosen id,
+//! an upsert on a natural key) is marked [`exempt`] with its reason instead, and
+//! [`registry::report`] lists every endpoint the running service knows, idempotent or
+//! exempt, as the per-endpoint [`report`].
+//!
 //! # Moving from a hand-written implementation
 //!
 //! A service that already claims keys by hand (an `INSERT .. ON CONFLICT` into its own

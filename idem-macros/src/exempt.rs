@@ -6,9 +6,10 @@
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::parse::{ParseStream, Parser};
-use syn::{Attribute, Ident, ItemFn, LitStr};
+use syn::{Attribute, Expr, Ident, ItemFn, LitStr, Token};
 
 use crate::errors::Errors;
+use crate::parse::crate_path;
 use crate::syntax::{self, AttrKind};
 
 /// How to write the attribute, for every message about its reason.
@@ -18,7 +19,7 @@ const EXAMPLE: &str = "e.g. `#[idem::exempt(\"PUT by client-chosen id\")]`";
 /// its registration or the errors.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let reason = reason(args, &mut errors);
+    let (reason, krate) = arguments(args, &mut errors);
     let func = match syn::parse2::<ItemFn>(item.clone()) {
         Ok(func) => Some(func),
         Err(_) => {
@@ -38,7 +39,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     }
     let registration = match (errors.finish(), func, reason) {
-        (None, Some(func), Some(reason)) => registration(&func, &reason),
+        (None, Some(func), Some(reason)) => registration(&func, &reason, &krate),
         (error, _, _) => error.map_or_else(TokenStream::new, |error| error.to_compile_error()),
     };
     quote! {
@@ -47,13 +48,15 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// The one reason, a non-empty string literal; `None` after reporting why it is not.
-fn reason(args: TokenStream, errors: &mut Errors) -> Option<LitStr> {
+/// The one reason, a non-empty string literal (`None` after reporting why it is not),
+/// and `crate = <path>` after it, as `#[idempotent]` takes it (default `::idem`).
+fn arguments(args: TokenStream, errors: &mut Errors) -> (Option<LitStr>, syn::Path) {
+    let mut krate = syn::parse_quote!(::idem);
     let missing = || format!("`exempt` needs a reason: say why a repeat is safe, {EXAMPLE}");
     if args.is_empty() {
         // The attribute itself: there is no argument to point at.
         errors.push(syn::Error::new(Span::call_site(), missing()));
-        return None;
+        return (None, krate);
     }
     let parsed = (|input: ParseStream<'_>| {
         let lookahead = input.lookahead1();
@@ -68,8 +71,16 @@ fn reason(args: TokenStream, errors: &mut Errors) -> Option<LitStr> {
         }
         let reason: LitStr = input.parse()?;
         // A trailing comma is what rustfmt leaves after a long argument.
-        if input.peek(syn::Token![,]) {
-            input.parse::<syn::Token![,]>()?;
+        if input.peek(Token![,]) {
+            input.parse::<Token![,]>()?;
+        }
+        if input.peek(Token![crate]) && input.peek2(Token![=]) {
+            input.parse::<Token![crate]>()?;
+            input.parse::<Token![=]>()?;
+            krate = crate_path(&input.parse::<Expr>()?)?;
+            if input.peek(Token![,]) {
+                input.parse::<Token![,]>()?;
+            }
         }
         if !input.is_empty() {
             let rest: TokenStream = input.parse()?;
@@ -81,7 +92,7 @@ fn reason(args: TokenStream, errors: &mut Errors) -> Option<LitStr> {
         Ok(reason)
     })
     .parse2(args);
-    match parsed {
+    let reason = match parsed {
         Ok(reason) if reason.value().trim().is_empty() => {
             errors.push(syn::Error::new(reason.span(), missing()));
             None
@@ -91,19 +102,20 @@ fn reason(args: TokenStream, errors: &mut Errors) -> Option<LitStr> {
             errors.push(error);
             None
         }
-    }
+    };
+    (reason, krate)
 }
 
 /// The handler's entry in the registry, with the route of the one route attribute below
 /// this one, if there is such a route.
-fn registration(func: &ItemFn, reason: &LitStr) -> TokenStream {
+fn registration(func: &ItemFn, reason: &LitStr, krate: &syn::Path) -> TokenStream {
     let handler = func.sig.ident.to_string();
     let with_route = syntax::single_route(&syntax::routes(&func.attrs))
         .map(|(method, path)| quote!(.with_route(#method, #path)));
     quote! {
-        ::idem::__private::inventory::submit! {
-            ::idem::__private::Exempted(
-                ::idem::__private::Exemption::new(#handler, ::core::module_path!(), #reason)
+        #krate::__private::inventory::submit! {
+            #krate::__private::Exempted(
+                #krate::__private::Exemption::new(#handler, ::core::module_path!(), #reason)
                     #with_route
             )
         }

@@ -98,8 +98,9 @@ pub fn idempotent_axum(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The handler is left exactly as written. The exemption is recorded in the registry
 /// (`idem::registry::exemptions()`, and `idem::registry::report()`) beside the
 /// idempotent endpoints, with the route's method and path when the attribute is written
-/// above an actix-web route attribute, and `idem audit` lists the route as `exempt` with
-/// its reason. A missing or empty reason is a compile error.
+/// above an actix-web route attribute. A missing or empty reason is a compile error.
+/// `crate = <path>` after the reason, as for `#[idempotent]`, names the path idem is
+/// reached by: `#[keys::exempt("PUT by id", crate = keys)]`.
 ///
 /// ```ignore
 /// #[idem::exempt("PUT by client-chosen id: a repeat writes the same cart")]
