@@ -235,6 +235,11 @@
 //! `#[idempotent]` for a safe method (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `QUERY`),
 //! alone or among the methods of one handler.
 //!
+//! A mutating handler that is safe to repeat without a key (a PUT by a client-chosen id,
+//! an upsert on a natural key) is marked [`exempt`] with its reason instead, and
+//! [`registry::report`] lists every endpoint the running service knows, idempotent or
+//! exempt, as the per-endpoint [`report`].
+//!
 //! # Moving from a hand-written implementation
 //!
 //! A service that already claims keys by hand (an `INSERT .. ON CONFLICT` into its own
@@ -315,6 +320,47 @@
 // The actix-web form only with its adapter: without the feature, `idem::idempotent` is
 // not there to name (an unresolved import), rather than a macro whose output names a
 // `__private::actix` that is not.
+/// Marks a handler that mutates and is safe to repeat without a key, for the reason
+/// given; the handler is left as written, and the registry lists it beside the
+/// idempotent ones. For actix-web and axum handlers alike: written above an actix-web
+/// route attribute, it records the route too.
+///
+/// ```
+/// use actix_web::{HttpResponse, delete, put, web};
+///
+/// #[idem::exempt("PUT by client-chosen id: a repeat writes the same cart again")]
+/// #[put("/carts/{id}")]
+/// async fn put_cart(id: web::Path<i64>, body: web::Json<serde_json::Value>) -> HttpResponse {
+///     // An upsert on the id the client chose.
+///     let _ = (id, body);
+///     HttpResponse::NoContent().finish()
+/// }
+///
+/// // Below the route attribute it still works, but sees no route: the registry then
+/// // names the handler by its path.
+/// #[delete("/carts/{id}")]
+/// #[idem::exempt("a repeated DELETE answers 404")]
+/// async fn delete_cart(id: web::Path<i64>) -> HttpResponse {
+///     let _ = id;
+///     HttpResponse::NoContent().finish()
+/// }
+///
+/// // An axum handler is a plain async fn.
+/// #[idem::exempt("PUT by client-chosen id")]
+/// async fn put_profile(axum::extract::Path(id): axum::extract::Path<i64>) -> String {
+///     id.to_string()
+/// }
+///
+/// # let _ = (put_cart, delete_cart, put_profile);
+/// let exempt: Vec<_> = idem::registry::exemptions()
+///     .iter()
+///     .map(|exemption| (exemption.handler(), exemption.route()))
+///     .collect();
+/// assert!(exempt.contains(&("put_cart", Some(("PUT", "/carts/{id}")))));
+/// assert!(exempt.contains(&("delete_cart", None)));
+/// assert!(exempt.contains(&("put_profile", None)));
+/// ```
+pub use idem_macros::exempt;
 #[cfg(feature = "actix")]
 pub use idem_macros::idempotent;
 /// The operator's side: the expiry sweep, the schema's status, the views of the key table
@@ -326,6 +372,8 @@ pub use idem_runtime::outbox;
 pub use idem_runtime::phased;
 /// The problem responses idem answers with.
 pub use idem_runtime::problem;
+/// Every endpoint the running service knows, idempotent or exempt, and their report.
+pub use idem_runtime::registry;
 /// The per-endpoint idempotency report (`idem audit --format report`, `registry::report()`).
 pub use idem_runtime::report;
 pub use idem_runtime::{

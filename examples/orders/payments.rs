@@ -84,7 +84,12 @@ impl FromRequest for NewPayment {
     }
 }
 
-/// The provider (`domain::provider::provider_charge`).
+/// The provider (`domain::provider::provider_charge`). It keeps no idem key of its own:
+/// like a real provider, it charges once per `Idempotency-Key` its caller sends, by a
+/// unique constraint on it.
+#[idem::exempt(
+    "the provider's natural key: one charge per Idempotency-Key, by a unique constraint"
+)]
 async fn provider_charge<DB: PaymentStore>(
     req: HttpRequest,
     body: web::Bytes,

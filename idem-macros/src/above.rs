@@ -16,9 +16,10 @@ use syn::{Attribute, Item, ItemFn};
 
 use crate::syntax::{self, AttrKind};
 
-/// The attributes the user wrote above the `#[idempotent]` (or `#[idem::axum::idempotent]`)
-/// of `func`, in order; empty when the source file does not show them.
-pub(crate) fn attributes_above(func: &ItemFn) -> Vec<Attribute> {
+/// The attributes the user wrote above the first attribute of `func` that `is_this` knows
+/// as the one expanding (`#[idempotent]`, `#[idem::exempt]`), in order; empty when the
+/// source file does not show them.
+pub(crate) fn attributes_above(func: &ItemFn, is_this: fn(&AttrKind) -> bool) -> Vec<Attribute> {
     let Some(text) = source_file(func.sig.ident.span()) else {
         return Vec::new();
     };
@@ -44,7 +45,7 @@ pub(crate) fn attributes_above(func: &ItemFn) -> Vec<Attribute> {
     let attrs = found.unwrap_or_default();
     let first_idempotent = attrs
         .iter()
-        .position(|attr| matches!(syntax::classify(attr), AttrKind::Idempotent));
+        .position(|attr| is_this(&syntax::classify(attr)));
     match first_idempotent {
         Some(index) => attrs[..index].to_vec(),
         None => Vec::new(),

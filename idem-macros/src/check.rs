@@ -11,6 +11,7 @@ use crate::above;
 use crate::axum_rules::{axum_route_attribute, axum_rules};
 use crate::backend::{backend, borrowed_backend, checked_backend, is_type_param, unnamed_backend};
 use crate::errors::Errors;
+use crate::exempt;
 use crate::model::{Expansion, Fallback, Framework, Model, Param, Rejected, Scope, Shell, UNNAMED};
 use crate::parse::{Arg, Args};
 use crate::syntax::{self, AttrKind, Role};
@@ -222,7 +223,6 @@ fn attributes(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Attrs
         inner: Vec::new(),
         route: None,
     };
-    let mut routes = Vec::new();
     for attr in &func.attrs {
         match syntax::classify(attr) {
             // axum has no route attributes: an actix-web one here would register the
@@ -230,10 +230,9 @@ fn attributes(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Attrs
             AttrKind::Route(_) if framework == Framework::Axum => {
                 errors.push(axum_route_attribute(attr, &func.sig.ident));
             }
-            AttrKind::Route(route) => {
-                routes.extend(route.methods.into_iter().map(|m| (m, route.path.clone())));
-                attrs.outer.push(attr.clone());
-            }
+            AttrKind::Route(_) => attrs.outer.push(attr.clone()),
+            // Dropped from both functions too: the handler would be listed twice.
+            AttrKind::Exempt => errors.push(exempt::beside_idempotent(attr, &func.sig.ident)),
             // Dropped from both functions, so that it does not expand a second time.
             AttrKind::Idempotent => errors.push(syn::Error::new_spanned(
                 attr,
@@ -250,11 +249,16 @@ fn attributes(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Attrs
             AttrKind::Inner => attrs.inner.push(attr.clone()),
         }
     }
+    // An axum handler's route attributes were reported above, and it has no route.
+    let mut routes = match framework {
+        Framework::Actix => syntax::routes(&func.attrs),
+        Framework::Axum => Vec::new(),
+    };
     // A route attribute written above `#[idempotent]` has expanded already and kept the
     // function: only the source file still shows it. Its methods are checked the same
     // way; its errors point at `#[idempotent]`, since the tokens read back from the file
     // carry no place of their own.
-    for attr in above::attributes_above(func) {
+    for attr in above::attributes_above(func, |kind| matches!(kind, AttrKind::Idempotent)) {
         match syntax::classify(&attr) {
             AttrKind::Route(_) if framework == Framework::Axum => {
                 errors.push(axum_route_attribute(&attr, &func.sig.ident));
@@ -272,9 +276,7 @@ fn attributes(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Attrs
     for (method, _) in routes.iter().filter(|(method, _)| method.safe) {
         errors.push(validate::safe_method(method, several));
     }
-    if let [(method, Some(path))] = routes.as_slice() {
-        attrs.route = Some((method.name.clone(), path.clone()));
-    }
+    attrs.route = syntax::single_route(&routes);
     attrs
 }
 

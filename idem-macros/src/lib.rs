@@ -6,6 +6,7 @@
 //! attributes, parameter roles), `validate` holds the rules for values (durations, safe
 //! methods), `check` checks everything and resolves every fact into a `model` (collecting
 //! all errors in `errors`), and `expand` (actix-web) or `expand_axum` turns the model into tokens, with what both emit in `tokens`.
+//! `#[idem::exempt]` changes no handler, and has its few stages in `exempt`.
 
 use proc_macro::TokenStream;
 use quote::ToTokens;
@@ -15,6 +16,7 @@ mod axum_rules;
 mod backend;
 mod check;
 mod errors;
+mod exempt;
 mod expand;
 mod expand_axum;
 mod model;
@@ -87,6 +89,28 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn idempotent_axum(args: TokenStream, item: TokenStream) -> TokenStream {
     entry(model::Framework::Axum, args, item)
+}
+
+/// Marks a handler that mutates and is safe to repeat without an idempotency key, for
+/// the reason given: a PUT by a client-chosen id, an upsert on a natural key, a DELETE
+/// whose repeat answers 404. Use it as `idem::exempt`, on actix-web and axum handlers
+/// alike.
+///
+/// The handler is left exactly as written. The exemption is recorded in the registry
+/// (`idem::registry::exemptions()`, and `idem::registry::report()`) beside the
+/// idempotent endpoints, with the route's method and path when the attribute is written
+/// above an actix-web route attribute. A missing or empty reason is a compile error.
+/// `crate = <path>` after the reason, as for `#[idempotent]`, names the path idem is
+/// reached by: `#[keys::exempt("PUT by id", crate = keys)]`.
+///
+/// ```ignore
+/// #[idem::exempt("PUT by client-chosen id: a repeat writes the same cart")]
+/// #[put("/carts/{id}")]
+/// async fn put_cart(id: web::Path<Uuid>, cart: web::Json<Cart>) -> HttpResponse { .. }
+/// ```
+#[proc_macro_attribute]
+pub fn exempt(args: TokenStream, item: TokenStream) -> TokenStream {
+    exempt::expand(args.into(), item.into()).into()
 }
 
 /// The one entry point: the framework is the only fact the attribute's path adds.

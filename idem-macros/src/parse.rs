@@ -198,7 +198,7 @@ fn duration(name: &Ident, value: &Expr, example: &str) -> syn::Result<LitStr> {
 
 /// `crate = my_idem` or `crate = ::shop::idem`; also the string form that tokio's and
 /// serde's attributes take, `crate = "my_idem"`.
-fn crate_path(value: &Expr) -> syn::Result<syn::Path> {
+pub(crate) fn crate_path(value: &Expr) -> syn::Result<syn::Path> {
     let path = match value {
         Expr::Path(ExprPath {
             qself: None, path, ..

@@ -85,6 +85,8 @@ pub(crate) enum AttrKind {
     Route(Route),
     /// Another `#[idempotent]`.
     Idempotent,
+    /// `#[idem::exempt(..)]`, which contradicts `#[idempotent]`.
+    Exempt,
     /// A lint level, which applies to both functions.
     Lint,
     /// Documentation, `cfg` and deprecation: they describe the registered handler.
@@ -117,9 +119,31 @@ pub(crate) fn classify(attr: &Attribute) -> AttrKind {
             path: None,
         }),
         "idempotent" => AttrKind::Idempotent,
+        "exempt" => AttrKind::Exempt,
         "allow" | "warn" | "deny" | "forbid" | "expect" => AttrKind::Lint,
         "doc" | "cfg" | "deprecated" => AttrKind::Outer,
         _ => AttrKind::Inner,
+    }
+}
+
+/// The methods of every route attribute among `attrs`, each with its attribute's path.
+pub(crate) fn routes(attrs: &[Attribute]) -> Vec<(RouteMethod, Option<LitStr>)> {
+    let mut routes = Vec::new();
+    for attr in attrs {
+        if let AttrKind::Route(route) = classify(attr) {
+            routes.extend(route.methods.into_iter().map(|m| (m, route.path.clone())));
+        }
+    }
+    routes
+}
+
+/// The method and path the registry records for a handler: those of its one route
+/// attribute, when that registers one method at a path that could be read. A handler
+/// routed for several methods has no one route to record.
+pub(crate) fn single_route(routes: &[(RouteMethod, Option<LitStr>)]) -> Option<(String, LitStr)> {
+    match routes {
+        [(method, Some(path))] => Some((method.name.clone(), path.clone())),
+        _ => None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! `crate = ..` with a renamed dependency: this crate depends on idem as `keys`, so
 //! `::idem` names nothing here and the handler compiles only because the generated code
-//! follows `crate = keys`. It then runs once and replays, on a real SQLite file.
+//! follows `crate = keys`. It then runs once and replays, on a real SQLite file. An
+//! exemption follows `crate = keys` the same way.
 
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpResponse, post, test, web};
@@ -20,6 +21,23 @@ async fn create_order(
             .await
             .map_err(actix_web::error::ErrorInternalServerError)?;
     Ok(HttpResponse::Created().body(format!("order {id}: {item}")))
+}
+
+/// The exemption reaches the registry by `crate = keys` too.
+#[keys::exempt("PUT by client-chosen id", crate = keys)]
+#[actix_web::put("/carts/{id}")]
+async fn put_cart(id: web::Path<i64>) -> HttpResponse {
+    HttpResponse::Ok().body(id.into_inner().to_string())
+}
+
+#[actix_web::test]
+async fn an_exemption_reached_through_a_renamed_dependency_is_registered() {
+    let _ = put_cart;
+    let exempt: Vec<_> = keys::registry::exemptions()
+        .into_iter()
+        .map(|exemption| (exemption.handler(), exemption.route()))
+        .collect();
+    assert_eq!(exempt, [("put_cart", Some(("PUT", "/carts/{id}")))]);
 }
 
 #[actix_web::test]

@@ -22,7 +22,7 @@ mod maintenance;
 pub mod openapi;
 pub mod outbox;
 mod protocol;
-mod registry;
+pub mod registry;
 pub mod report;
 mod store;
 
@@ -98,7 +98,7 @@ pub mod __private {
     pub use crate::__idem_unnamed_backend as unnamed_backend;
     pub use crate::protocol::key::KeySource;
     pub use crate::protocol::policy::Policy;
-    pub use crate::registry::Registration;
+    pub use crate::registry::{Exempted, Exemption, Registration};
     pub use inventory;
 
     /// What a handler generated for actix-web names: the adapter's entry points and the

@@ -81,7 +81,8 @@ pub struct DownstreamKey {
 /// such, so a reader never takes a gap for an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointReport {
-    /// The HTTP method, upper case.
+    /// The HTTP method, upper case; empty when it is not known (a handler whose route
+    /// the registry could not see), and the heading then names the path alone.
     pub method: String,
     /// The route's path pattern, or the handler's name when the path is not known.
     pub path: String,
@@ -159,7 +160,11 @@ pub fn duration(duration: Duration) -> String {
 
 impl Display for EndpointReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        writeln!(f, "## Idempotency for {} {}", self.method, self.path)?;
+        if self.method.is_empty() {
+            writeln!(f, "## Idempotency for {}", self.path)?;
+        } else {
+            writeln!(f, "## Idempotency for {} {}", self.method, self.path)?;
+        }
         writeln!(f, "- Mechanism: {}", self.mechanism)?;
         if !self.protected() {
             // An exempt or unprotected endpoint has no key, so the key lines would only
@@ -260,6 +265,12 @@ mod tests {
         assert!(text.contains("- Key scope and retention: not known, retention not known\n"));
         assert!(text.contains("- Downstream keys: not known from this source\n"));
         assert!(text.contains("- Tests: not known from this source"));
+    }
+
+    #[test]
+    fn an_unknown_method_leaves_the_path_alone_in_the_heading() {
+        let text = EndpointReport::new("", "shop::carts::put_cart", Mechanism::None).to_string();
+        assert!(text.starts_with("## Idempotency for shop::carts::put_cart\n"));
     }
 
     #[test]

@@ -159,6 +159,18 @@ async fn serve<S: Server<DB>, DB: PaymentStore + WebhookStore>(
             printed.push(line);
         }
     }
+    // And which mutate without a key, and why that is safe.
+    for exemption in idem::registry::exemptions() {
+        let route = exemption.route().map_or_else(
+            || exemption.handler().to_owned(),
+            |(method, path)| format!("{method} {path}"),
+        );
+        let line = format!("orders: exempt {route}: {}", exemption.reason());
+        if !printed.contains(&line) {
+            println!("{line}");
+            printed.push(line);
+        }
+    }
     // Bound before the app is built: the payments call the provider at this address.
     let listener = match TcpListener::bind(bind_addr).and_then(|l| Ok((l.local_addr()?, l))) {
         Ok(bound) => bound,
