@@ -648,6 +648,13 @@ impl Cx<'_> {
                 .to_string()
                 .starts_with(|c: char| c.is_lowercase() || c == '_')
         {
+            // A `let` of the same function: its value is the route.
+            if std::ptr::eq(root, strip(value))
+                && let Some(init) = local_init(&self.index.fns[current].block, ident)
+                && !matches!(strip(init), Expr::Path(_))
+            {
+                return self.route(path, init);
+            }
             let line = line_of(value);
             self.unresolved(
                 path,
@@ -791,6 +798,17 @@ impl<'ast> Visit<'ast> for Walker<'_, '_> {
         syn::visit::visit_expr_tuple(self, node);
     }
 
+    // A route value bound by `let` is read where the binding is registered.
+    fn visit_local(&mut self, node: &'ast syn::Local) {
+        if let Some(init) = &node.init
+            && let (Expr::Call(call), _) = unroll(&init.expr)
+            && is_route_value_root(call)
+        {
+            return;
+        }
+        syn::visit::visit_local(self, node);
+    }
+
     // Nested items are functions of their own, read on their own.
     fn visit_item(&mut self, _: &'ast syn::Item) {}
 }
@@ -899,6 +917,31 @@ fn filter_methods(expr: &Expr) -> Vec<String> {
         }
     });
     methods
+}
+
+/// The value of `let name = ..;` in `block` (the last one, at any depth).
+fn local_init<'b>(block: &'b syn::Block, name: &syn::Ident) -> Option<&'b Expr> {
+    struct Find<'b, 'n> {
+        name: &'n syn::Ident,
+        init: Option<&'b Expr>,
+    }
+    impl<'b> Visit<'b> for Find<'b, '_> {
+        fn visit_local(&mut self, node: &'b syn::Local) {
+            let pat = match &node.pat {
+                syn::Pat::Type(typed) => &*typed.pat,
+                other => other,
+            };
+            if let (syn::Pat::Ident(ident), Some(init)) = (pat, &node.init)
+                && ident.ident == *self.name
+            {
+                self.init = Some(&init.expr);
+            }
+            syn::visit::visit_local(self, node);
+        }
+    }
+    let mut find = Find { name, init: None };
+    find.visit_block(block);
+    find.init
 }
 
 fn tail_expr(block: &syn::Block) -> Option<&Expr> {
