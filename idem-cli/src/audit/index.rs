@@ -153,10 +153,8 @@ impl Index {
                     }
                 }
                 Item::Use(u) => self.layer_alias_in_use(&u.tree),
-                Item::Type(t) => {
-                    if mentions(&quote::quote!(#t), "IdempotencyLayer") {
-                        self.layer_names.push(t.ident.to_string());
-                    }
+                Item::Type(t) if mentions(&quote::quote!(#t), "IdempotencyLayer") => {
+                    self.layer_names.push(t.ident.to_string());
                 }
                 Item::Macro(m) if m.mac.path.is_ident("macro_rules") => {
                     for body in macro_rule_bodies(m.mac.tokens.clone()) {
