@@ -548,7 +548,13 @@ impl Cx<'_> {
             let args: Vec<&Expr> = call.args.iter().collect();
             match (method.as_str(), args.as_slice()) {
                 ("route", [path, value]) => {
-                    let path = join(&base, self.path_arg(path).as_deref());
+                    // Neither a readable path nor a readable route: nothing says this
+                    // `.route(..)` is a router's (`self.route(path, value)` in any code).
+                    let written = self.path_arg(path);
+                    if written.is_none() && self.route_value(value, 0).is_none() {
+                        continue;
+                    }
+                    let path = join(&base, written.as_deref());
                     self.route(path, value);
                 }
                 ("route", [value]) => {
@@ -613,6 +619,14 @@ impl Cx<'_> {
 
     /// The router of `nest(p, inner)` or `merge(inner)`.
     fn router_value(&mut self, inner: &Expr, prefix: &Prefix) {
+        // A router bound by `let` in the same function is read from its value.
+        if let (Expr::Path(p), Some(&current)) = (strip(inner), self.stack.last())
+            && let Some(ident) = p.path.get_ident()
+            && let Some(init) = local_init(&self.index.fns[current].block, ident)
+            && !matches!(strip(init), Expr::Path(_))
+        {
+            return self.router_value(init, prefix);
+        }
         match strip(inner) {
             Expr::MethodCall(call) => self.chain(call, prefix),
             Expr::Call(call) => {
