@@ -256,3 +256,29 @@ pub(crate) fn suggestion(method: &str, path: Option<&str>, def: Option<&FnDef>) 
     }
     "Idempotency-Key table".into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_table_by_method_and_path_alone() {
+        assert_eq!(
+            suggestion("PUT", Some("/carts/{id}"), None),
+            "client-generated id"
+        );
+        assert_eq!(
+            suggestion("DELETE", Some("/users/:id"), None),
+            "client-generated id"
+        );
+        assert_eq!(
+            suggestion("POST", Some("/orders/{id}/refunds"), None),
+            "Idempotency-Key table"
+        );
+        assert_eq!(
+            suggestion("PUT", Some("/settings"), None),
+            "Idempotency-Key table"
+        );
+        assert_eq!(suggestion("DELETE", None, None), "Idempotency-Key table");
+    }
+}

@@ -150,3 +150,32 @@ pub(crate) fn checks_for(tests: &[Tested], method: &str, path: &str, phased: boo
     }
     names.into_iter().map(str::to_owned).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_concrete_path_matches_its_pattern() {
+        assert!(matches("/orders/{id}", "/orders/42"));
+        assert!(matches("/users/:id", "/users/7/"));
+        assert!(matches("/orders", "/orders"));
+        assert!(!matches("/orders/{id}", "/orders"));
+        assert!(!matches("/orders", "/payments"));
+    }
+
+    #[test]
+    fn all_runs_crash_resume_only_for_a_phased_handler() {
+        let tested = [Tested {
+            method: "POST".into(),
+            path: "/orders".into(),
+            checks: Vec::new(),
+            all: true,
+        }];
+        assert!(
+            !checks_for(&tested, "POST", "/orders", false).contains(&"crash-resume".to_owned())
+        );
+        assert!(checks_for(&tested, "POST", "/orders", true).contains(&"crash-resume".to_owned()));
+        assert!(checks_for(&tested, "PUT", "/orders", true).is_empty());
+    }
+}

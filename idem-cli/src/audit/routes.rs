@@ -87,10 +87,9 @@ pub(crate) fn find(index: &Index) -> Vec<Found> {
         nested: HashSet::new(),
         helpers: HashSet::new(),
     };
-    for (id, def) in index.fns.iter().enumerate() {
+    for id in 0..index.fns.len() {
         cx.origin = id;
         cx.walk_fn(id, &Some(String::new()));
-        let _ = def;
     }
     let nested = std::mem::take(&mut cx.nested);
     let helpers = std::mem::take(&mut cx.helpers);
@@ -976,5 +975,36 @@ fn short(expr: &Expr) -> String {
         format!("{}..", text.chars().take(57).collect::<String>())
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_join_with_one_slash_and_unknown_parts_stay_unknown() {
+        let root = Some(String::new());
+        assert_eq!(join(&root, Some("/orders")).as_deref(), Some("/orders"));
+        let api = Some("/api/".to_owned());
+        assert_eq!(join(&api, Some("/orders")).as_deref(), Some("/api/orders"));
+        assert_eq!(join(&api, Some("")).as_deref(), Some("/api/"));
+        assert_eq!(join(&None, Some("/orders")), None);
+        assert_eq!(join(&api, None), None);
+    }
+
+    #[test]
+    fn methods_are_read_from_actix_and_http_spellings() {
+        let method = |text: &str| method_of(&syn::parse_str(text).unwrap());
+        assert_eq!(method("Method::POST").as_deref(), Some("POST"));
+        assert_eq!(method("http::Method::DELETE").as_deref(), Some("DELETE"));
+        assert_eq!(method("guard::Put()").as_deref(), Some("PUT"));
+        assert_eq!(
+            method("guard::Method(Method::PATCH)").as_deref(),
+            Some("PATCH")
+        );
+        assert_eq!(method("header::LOCATION"), None);
+        let filter = syn::parse_str("MethodFilter::POST.or(MethodFilter::PUT)").unwrap();
+        assert_eq!(filter_methods(&filter), ["POST", "PUT"]);
     }
 }
