@@ -8,11 +8,15 @@
 //! idem stranded [--limit N] [--step NAME]...    unfinished keys past their retention
 //! idem resolve <scope> <key> --failed DETAIL    end an unfinished key's operation, or
 //! idem resolve <scope> <key> --status 201 --content-type T --body-file F
+//! idem audit [PATH ...] [--format table|json|report] [--deny-unprotected]
 //! ```
 //!
-//! The database is `--database-url` or `DATABASE_URL`. Results go to stdout; an error is
+//! `audit` reads the application's sources and needs no database (its JSON schema is in
+//! the `audit` module's docs and in `idem audit --help`). For the others, the database
+//! is `--database-url` or `DATABASE_URL`. Results go to stdout; an error is
 //! one line on stderr and exit status 1 (2 for a usage error).
 
+mod audit;
 mod show;
 
 use std::io::{IsTerminal, Write};
@@ -30,7 +34,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 #[command(
     name = "idem",
     version,
-    about = "Operate idem's idempotency-key table in PostgreSQL"
+    about = "Operate idem's idempotency-key table in PostgreSQL, and audit an application's routes"
 )]
 struct Cli {
     /// PostgreSQL URL of the application's database
@@ -62,6 +66,9 @@ enum Command {
     Stranded(StrandedArgs),
     /// End the operation of an unfinished key with the answer its retries get
     Resolve(ResolveArgs),
+    /// List the POST, PUT, PATCH and DELETE routes in the application's sources and what
+    /// protects each (no database, nothing built)
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, Args)]
@@ -142,6 +149,9 @@ const PROGRESS_AFTER_BATCHES: u64 = 10;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Audit(args) = &cli.command {
+        return audit_command(args);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -152,6 +162,26 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => fail(&failure),
+    }
+}
+
+/// `idem audit`: the routes on stdout; warnings and, with `--deny-unprotected`, each
+/// unprotected route on stderr, one `idem: ` line each.
+fn audit_command(args: &audit::AuditArgs) -> ExitCode {
+    match audit::run(args) {
+        Ok(audit) => {
+            print!("{}", audit.stdout);
+            let mut stderr = std::io::stderr().lock();
+            for line in &audit.stderr {
+                let _ = writeln!(stderr, "idem: {line}");
+            }
+            if audit.denied {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(message) => fail(&Failure(message)),
     }
 }
 
@@ -176,6 +206,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Inspect { scope, key } => inspect(&pool, scope, key).await,
         Command::Stranded(args) => stranded(&pool, args).await,
         Command::Resolve(args) => resolve(&pool, args).await,
+        Command::Audit(_) => unreachable!("`main` runs the audit without a database"),
     };
     pool.close().await;
     outcome
