@@ -405,14 +405,31 @@ async fn a_handler_keyed_by_a_json_field_replays_by_it() {
     let numbered = app.call(send(r#"{"id":42}"#)).await;
     assert_eq!(numbered.status, 200);
     assert!(!numbered.replayed());
+    // The string "42" is the same id as the integer 42 (an id is its text; a sender's
+    // ids have one JSON type): here with another body, so a 422, not a replay.
+    app.call(send(r#"{"id":"42"}"#))
+        .await
+        .assert_idem_problem(422, "idempotency-key-reused");
+    // A JSON string is the id exactly: quotes inside it are part of the id, and spaces
+    // are refused rather than trimmed into another event's id.
+    let quoted = app.call(send(r#"{"id":"\"evt_9\""}"#)).await;
+    assert_eq!(quoted.status, 200, "{quoted:?}");
+    assert!(
+        !quoted.replayed(),
+        "a quoted id is its own event: {quoted:?}"
+    );
+    app.call(send(r#"{"id":" evt_9"}"#))
+        .await
+        .assert_idem_problem(400, "event-id-invalid");
     app.call(send(r#"{"n":1}"#))
         .await
         .assert_idem_problem(400, "event-id-missing");
     app.call(send(r#"{"id":[1]}"#))
         .await
         .assert_idem_problem(400, "event-id-invalid");
-    let keys: Vec<String> = env.key_rows().await.into_iter().map(|row| row.1).collect();
-    assert_eq!(keys, ["42", "evt_9"]);
+    let mut keys: Vec<String> = env.key_rows().await.into_iter().map(|row| row.1).collect();
+    keys.sort();
+    assert_eq!(keys, ["\"evt_9\"", "42", "evt_9"]);
 }
 
 /// A receiver outside `#[idempotent]`: `SignedWebhook` alone, reading the body itself.
