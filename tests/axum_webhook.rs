@@ -368,6 +368,10 @@ async fn the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stand
     .await;
     let problem = other.assert_problem(422, "idempotency-key-reused");
     assert_eq!(problem["mismatch"], "body", "{problem}");
+    // The detail names where this endpoint's key comes from, not an absent header.
+    let detail = problem["detail"].as_str().expect("a detail");
+    assert!(detail.contains("webhook-id"), "{detail}");
+    assert!(!detail.contains("Idempotency-Key"), "{detail}");
     Server::send(delivery(
         &server,
         "/webhooks/a",
@@ -460,7 +464,25 @@ async fn the_layer_verifies_and_keys_a_webhook_as_the_attribute_does<DB: AxumBac
     );
 }
 
+/// A `webhook-id` is the id as signed: `"evt_q"` in quotes is another event than `evt_q`
+/// (the header is no Structured Field string, so its quotes are part of the id).
+async fn a_quoted_webhook_id_is_its_own_event<DB: AxumBackend>() {
+    let env = Env::<DB>::open().await;
+    let (server, runs) = start(&env).await;
+    for id in ["evt_q", "\"evt_q\""] {
+        let body = event(id, "ch_q", 100);
+        let reply = Server::send(delivery(&server, "/webhooks/a", TENANT_A, id, &body)).await;
+        assert_eq!(reply.status, 200, "{id}: {reply:?}");
+        assert!(!reply.replayed(), "{id} is its own event: {reply:?}");
+    }
+    assert_eq!(runs.0.load(Ordering::SeqCst), 2);
+    let mut keys: Vec<String> = env.key_rows().await.into_iter().map(|row| row.1).collect();
+    keys.sort();
+    assert_eq!(keys, ["\"evt_q\"", "evt_q"]);
+}
+
 axum_backend_tests!(
+    a_quoted_webhook_id_is_its_own_event,
     the_layer_verifies_and_keys_a_webhook_as_the_attribute_does,
     a_verified_event_runs_once_and_every_redelivery_replays,
     unverified_or_unkeyed_deliveries_are_refused_before_any_claim,

@@ -407,14 +407,88 @@ async fn a_handler_keyed_by_a_json_field_replays_by_it() {
     let numbered = app.call(send(r#"{"id":42}"#)).await;
     assert_eq!(numbered.status, 200);
     assert!(!numbered.replayed());
+    // The string "42" is the same id as the integer 42 (an id is its text; a sender's
+    // ids have one JSON type): here with another body, so a 422, not a replay.
+    app.call(send(r#"{"id":"42"}"#))
+        .await
+        .assert_idem_problem(422, "idempotency-key-reused");
+    // A JSON string is the id exactly: quotes inside it are part of the id, and spaces
+    // are refused rather than trimmed into another event's id.
+    let quoted = app.call(send(r#"{"id":"\"evt_9\""}"#)).await;
+    assert_eq!(quoted.status, 200, "{quoted:?}");
+    assert!(
+        !quoted.replayed(),
+        "a quoted id is its own event: {quoted:?}"
+    );
+    app.call(send(r#"{"id":" evt_9"}"#))
+        .await
+        .assert_idem_problem(400, "event-id-invalid");
     app.call(send(r#"{"n":1}"#))
         .await
         .assert_idem_problem(400, "event-id-missing");
     app.call(send(r#"{"id":[1]}"#))
         .await
         .assert_idem_problem(400, "event-id-invalid");
-    let keys: Vec<String> = env.key_rows().await.into_iter().map(|row| row.1).collect();
-    assert_eq!(keys, ["42", "evt_9"]);
+    let mut keys: Vec<String> = env.key_rows().await.into_iter().map(|row| row.1).collect();
+    keys.sort();
+    assert_eq!(keys, ["\"evt_9\"", "42", "evt_9"]);
+}
+
+/// A receiver outside `#[idempotent]`: `SignedWebhook` alone, reading the body itself.
+async fn plain_receiver(hook: idem::SignedWebhook) -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "id": hook.id(), "bytes": hook.body().len() }))
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).expect("in memory");
+    encoder.finish().expect("in memory")
+}
+
+/// A gzip-encoded delivery signed over the bytes sent (as Standard Webhooks signs: the
+/// body as transmitted) verifies the same way with `SignedWebhook` alone and under
+/// `#[idempotent]`; and one signed over the decoded body fails on both.
+async fn a_gzip_delivery_verifies_over_its_raw_bytes_on_both_paths<DB>()
+where
+    DB: Receiving,
+{
+    let env = Env::<DB>::open().await;
+    let app = support::service_with(&env.idem(), |cfg| {
+        webhooks::configure::<DB>(cfg, signer());
+        cfg.service(
+            web::resource("/webhooks/plain")
+                .app_data(signer())
+                .route(web::post().to(plain_receiver)),
+        );
+    })
+    .await;
+    let body = event("evt_gz", "ch_gz", 100);
+    let sent = gzip(body.as_bytes());
+    let send = |uri: &str, signed_over: &[u8]| {
+        let timestamp = now();
+        TestRequest::post()
+            .uri(uri)
+            .insert_header(("content-type", "application/json"))
+            .insert_header(("content-encoding", "gzip"))
+            .insert_header(("webhook-id", "evt_gz"))
+            .insert_header(("webhook-timestamp", timestamp.to_string()))
+            .insert_header((
+                "webhook-signature",
+                signer().sign("evt_gz", timestamp, signed_over),
+            ))
+            .set_payload(sent.clone())
+    };
+    let alone = app.call(send("/webhooks/plain", &sent)).await;
+    assert_eq!(alone.status, 200, "SignedWebhook alone: {alone:?}");
+    assert_eq!(alone.json()["bytes"], sent.len(), "the body as received");
+    let under_idem = app.call(send(webhooks::PATH, &sent)).await;
+    assert_recorded(&under_idem, "evt_gz");
+    for uri in ["/webhooks/plain", webhooks::PATH] {
+        app.call(send(uri, body.as_bytes()))
+            .await
+            .assert_idem_problem(401, "webhook-signature-invalid");
+    }
 }
 
 /// The example's document describes the receiver as it answers: the event id from the
@@ -465,6 +539,7 @@ support::backend_tests!(
     unverified_or_unkeyed_deliveries_are_refused_and_nothing_is_stored,
     the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stands,
 );
+support::actix_only_tests!(a_gzip_delivery_verifies_over_its_raw_bytes_on_both_paths);
 support::both_frameworks!(
     #[actix_web::test]
     a_handler_keyed_by_a_json_field_replays_by_it

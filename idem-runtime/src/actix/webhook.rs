@@ -22,7 +22,13 @@ impl FromRequest for SignedWebhook {
         let buffered = req.extensions().get::<RawBody>().map(|raw| raw.0.clone());
         let body = match buffered {
             Some(body) => BodySource::Buffered(body),
-            None => BodySource::Stream(web::Bytes::from_request(req, payload)),
+            // The payload as received, not `web::Bytes`, which decodes `Content-Encoding`:
+            // the sender signed the bytes it sent, and inside `#[idempotent]` the raw
+            // body is what is verified, so both paths check the same bytes.
+            None => match web::Payload::from_request(req, payload).into_inner() {
+                Ok(stream) => BodySource::Stream(stream),
+                Err(error) => BodySource::Failed(error),
+            },
         };
         // The headers are read now, so the future holds no copy of the map.
         let checked = match verifier {
@@ -33,9 +39,11 @@ impl FromRequest for SignedWebhook {
             let (verifier, delivery) = checked?;
             let body = match body {
                 BodySource::Buffered(body) => body,
-                BodySource::Stream(future) => {
-                    future.await.map_err(WebhookRejected::unreadable_body)?
-                }
+                BodySource::Failed(error) => return Err(WebhookRejected::unreadable_body(error)),
+                BodySource::Stream(stream) => match stream.to_bytes_limited(RAW_LIMIT).await {
+                    Ok(read) => read.map_err(WebhookRejected::unreadable_body)?,
+                    Err(too_large) => return Err(WebhookRejected::unreadable_body(too_large)),
+                },
             };
             delivery.verify(&verifier, body)
         })
@@ -44,8 +52,13 @@ impl FromRequest for SignedWebhook {
 
 enum BodySource {
     Buffered(Bytes),
-    Stream(<Bytes as FromRequest>::Future),
+    Stream(web::Payload),
+    Failed(actix_web::Error),
 }
+
+/// The most bytes read outside `#[idempotent]`: actix-web's own default for `web::Bytes`
+/// (`PayloadConfig`'s limit, which it does not let an extractor read).
+const RAW_LIMIT: usize = 262_144;
 
 /// Makes the raw body readable by [`SignedWebhook`] without taking it from the payload.
 pub(crate) fn keep_raw_body(req: &HttpRequest, body: &Bytes) {

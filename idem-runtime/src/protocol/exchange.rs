@@ -17,7 +17,7 @@ use crate::protocol::config::Idem;
 use crate::protocol::fingerprint::Fingerprint;
 use crate::protocol::framework::{Framework, Unbuffered};
 use crate::protocol::headers::Headers;
-use crate::protocol::key::IdempotencyKey;
+use crate::protocol::key::{IdempotencyKey, KeySource};
 use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::policy::Policy;
@@ -203,7 +203,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         }
         // The same decisions as the claims make on the rows they find.
         if phased {
-            if let Some(mismatch) = mismatched(&peeked.key, claim) {
+            if let Some(mismatch) = mismatched(&peeked.key, claim, self.policy.key_source()) {
                 return Some(answer::<W>(mismatch));
             }
             if !peeked.key.completed && peeked.lease_free {
@@ -225,7 +225,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             Ok(existing) => existing,
             Err(unreadable) => return answer::<W>(unreadable),
         };
-        if let Some(mismatch) = mismatched(&existing, claim) {
+        if let Some(mismatch) = mismatched(&existing, claim, self.policy.key_source()) {
             return answer::<W>(mismatch);
         }
         match (
@@ -396,22 +396,34 @@ pub(crate) enum Buffering<W: Framework> {
     Failed(W::Response),
 }
 
-/// The 422 for a key that belongs to a different request, if it does.
+/// The 422 for a key that belongs to a different request, if it does. `source` is where
+/// the policy takes the key from (`None`: the `Idempotency-Key` header), which the detail
+/// names: a webhook's sender sets no `Idempotency-Key`.
 pub(crate) fn mismatched(
     existing: &ExistingKey,
     claim: &ClaimRequest<'_>,
+    source: Option<KeySource>,
 ) -> Option<(Problem, Outcome)> {
+    let (key, fix) = match source {
+        None => (
+            Cow::Borrowed("this Idempotency-Key"),
+            "use a new key for a different request",
+        ),
+        Some(source) => (
+            Cow::Owned(format!("this event id (from {source})")),
+            "a sender must give each event its own id",
+        ),
+    };
     if existing.method != claim.method || existing.path != claim.path {
         let detail = format!(
-            "this Idempotency-Key was used for {} {}; use a new key for a different request",
+            "{key} was used for {} {}; {fix}",
             existing.method, existing.path
         );
         return Some((mismatch(detail, "method_or_path"), Outcome::Mismatch));
     }
     if existing.fingerprint != Some(claim.fingerprint) {
-        let detail = "this Idempotency-Key was used with a different request body; \
-                      use a new key for a different request";
-        return Some((mismatch(detail.to_owned(), "body"), Outcome::Mismatch));
+        let detail = format!("{key} was used with a different request body; {fix}");
+        return Some((mismatch(detail, "body"), Outcome::Mismatch));
     }
     None
 }

@@ -102,6 +102,24 @@ impl IdempotencyKey {
         Ok(Self(key))
     }
 
+    /// A webhook event's id as the key, exactly as the sender wrote it: no spaces trimmed
+    /// and no quotes removed. A `webhook-id` header is no Structured Field string and a
+    /// JSON string is already decoded, so `"x"` (in quotes) is an id of its own, not
+    /// another spelling of `x`; and an id with a space is refused rather than trimmed
+    /// into another event's id.
+    pub(crate) fn exact(value: &str) -> Result<Self, KeyError> {
+        if value.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if let Some(at) = value.bytes().position(|b| !b.is_ascii_graphic()) {
+            return Err(KeyError::InvalidChar(at));
+        }
+        if value.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong(value.len()));
+        }
+        Ok(Self(value.to_owned()))
+    }
+
     /// Reads the key from request headers: exactly one `Idempotency-Key` header.
     ///
     /// ```

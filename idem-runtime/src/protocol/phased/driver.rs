@@ -167,7 +167,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
                 lease_expired,
                 fencing_token,
             }) => {
-                if let Some(mismatch) = mismatched(&key, claim) {
+                if let Some(mismatch) = mismatched(&key, claim, self.policy.key_source()) {
                     let _ = txn.rollback().await;
                     return Err(answer::<W>(mismatch));
                 }

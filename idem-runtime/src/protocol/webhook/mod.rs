@@ -42,7 +42,7 @@ pub(crate) fn key_of(
         KeySource::Header(name) => header_value(headers, name, source)?,
         KeySource::Json(field) => json_value(content, field, source)?,
     };
-    IdempotencyKey::parse(&value).map_err(|error| {
+    IdempotencyKey::exact(&value).map_err(|error| {
         let detail = match error {
             KeyError::TooLong(len) => format!(
                 "the event id in {source} is {len} characters long; at most {MAX_KEY_LEN} are \
