@@ -311,9 +311,13 @@ fn the_examples_idempotent_routes_are_found_idempotent() {
         assert_eq!(webhook["protection"], "idempotent", "{example}: {webhook}");
         assert_eq!(webhook["key"], "header(\"webhook-id\")");
         assert_eq!(webhook["retention"], "5d");
-        // The example's stand-in payment provider is the one route without idem.
+        // The example's stand-in payment provider is exempt, with its reason.
         let provider = route(&routes, "POST", "/provider/charges");
-        assert_eq!(provider["protection"], "none");
+        assert_eq!(provider["protection"], "exempt", "{example}: {provider}");
+        assert_eq!(
+            provider["reason"],
+            "the provider's natural key: one charge per Idempotency-Key, by a unique constraint"
+        );
         assert_eq!(routes.len(), 4, "{example}: {routes:#?}");
 
         let report = idem_in(&examples, &["audit", "--format", "report", example]).success();

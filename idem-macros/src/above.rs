@@ -32,24 +32,39 @@ pub(crate) fn attributes_above(func: &ItemFn, is_this: fn(&AttrKind) -> bool) ->
         func.sig.to_token_stream().to_string(),
         func.block.to_token_stream().to_string(),
     );
-    let mut found = None;
+    let mut found: Vec<Vec<Attribute>> = Vec::new();
     visit_items(&file.items, &mut |candidate| {
-        if found.is_none()
-            && candidate.sig.ident == func.sig.ident
+        if candidate.sig.ident == func.sig.ident
             && candidate.sig.to_token_stream().to_string() == wanted.0
             && candidate.block.to_token_stream().to_string() == wanted.1
         {
-            found = Some(candidate.attrs.clone());
+            found.push(above(&candidate.attrs, is_this));
         }
     });
-    let attrs = found.unwrap_or_default();
-    let first_idempotent = attrs
+    // Two functions alike token for token (an actix-web and an axum handler of one name
+    // in two modules, say) that differ above the attribute: the file does not tell which
+    // this is, so it tells nothing, rather than the other one's route.
+    match found.split_first() {
+        Some((first, rest)) if rest.iter().all(|other| same(other, first)) => first.clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn above(attrs: &[Attribute], is_this: fn(&AttrKind) -> bool) -> Vec<Attribute> {
+    match attrs
         .iter()
-        .position(|attr| is_this(&syntax::classify(attr)));
-    match first_idempotent {
+        .position(|attr| is_this(&syntax::classify(attr)))
+    {
         Some(index) => attrs[..index].to_vec(),
         None => Vec::new(),
     }
+}
+
+fn same(a: &[Attribute], b: &[Attribute]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(a, b)| a.to_token_stream().to_string() == b.to_token_stream().to_string())
 }
 
 /// The text of the file `span` is in, if the compiler knows it as a local file.
