@@ -134,8 +134,9 @@ pub(crate) fn content(
     };
     let input: &[u8] = body;
     let decoded = match encoding {
+        // Every member (RFC 1952, 2.2), as `gzip -d` and the handler's extractors read them.
+        Encoding::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(input), limit),
         // HTTP's `deflate` is the zlib format (RFC 9110, 8.4.1.2), as actix reads it.
-        Encoding::Gzip => read_bounded(flate2::read::GzDecoder::new(input), limit),
         Encoding::Deflate => read_bounded(flate2::read::ZlibDecoder::new(input), limit),
         Encoding::Brotli => {
             read_bounded(brotli_decompressor::Decompressor::new(input, 8192), limit)
