@@ -6,7 +6,7 @@ use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::{Attribute, FnArg, Type};
 
-use super::index::{FnDef, Index, Want, each_ident, string_literals};
+use super::index::{FnDef, Index, Want, each_ident, flatten, string_literals};
 
 /// The default key source: the `Idempotency-Key` header.
 pub(crate) const DEFAULT_KEY: &str = "header(\"Idempotency-Key\")";
@@ -171,21 +171,6 @@ pub(crate) fn phase_names(index: &Index, def: usize) -> Vec<String> {
         }
     }
     names
-}
-
-/// Every token, groups opened (their delimiters dropped), except that a group also stays
-/// in place before its contents so `.run(..)` can be matched with its arguments.
-fn flatten(tokens: &TokenStream) -> Vec<TokenTree> {
-    let mut out = Vec::new();
-    for tree in tokens.clone() {
-        if let TokenTree::Group(g) = &tree {
-            out.push(tree.clone());
-            out.extend(flatten(&g.stream()));
-        } else {
-            out.push(tree);
-        }
-    }
-    out
 }
 
 /// The paths of the calls in `tokens` whose arguments mention `param`.

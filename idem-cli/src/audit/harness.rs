@@ -8,6 +8,8 @@ use std::path::Path;
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 
+use super::index::flatten;
+
 /// The harness's check methods and the names the report gives them.
 const CHECKS: [(&str, &str); 7] = [
     ("concurrency", "concurrency"),
@@ -105,19 +107,6 @@ fn body(tokens: &TokenStream, found: &mut Vec<Tested>) {
             found[at].checks.push((*shown).to_owned());
         }
     }
-}
-
-fn flatten(tokens: &TokenStream) -> Vec<TokenTree> {
-    let mut out = Vec::new();
-    for tree in tokens.clone() {
-        if let TokenTree::Group(g) = &tree {
-            out.push(tree.clone());
-            out.extend(flatten(&g.stream()));
-        } else {
-            out.push(tree);
-        }
-    }
-    out
 }
 
 /// Whether a test's concrete path (`/orders/42`) is the route's pattern (`/orders/{id}`).

@@ -207,7 +207,7 @@ impl Index {
     /// The function a path names, from the file `from`; `None` when no function with a
     /// body has its name.
     pub(crate) fn resolve(&self, path: &syn::Path, from: usize, want: Want) -> Option<usize> {
-        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        let segments = segments(path);
         let (name, qualifiers) = segments.split_last()?;
         // A lower-case qualifier is a module (`payments::router`): the function must be
         // in it, or the path is another crate's (`axum::serve`, `web::post`). Upper-case
@@ -363,15 +363,30 @@ fn metavars_as_idents(tokens: TokenStream) -> TokenStream {
     out.into_iter().collect()
 }
 
+/// The names of a path's segments, without generic arguments (`web::post`: `web`, `post`).
+pub(crate) fn segments(path: &syn::Path) -> Vec<String> {
+    path.segments.iter().map(|s| s.ident.to_string()).collect()
+}
+
+/// Every token, groups opened (their delimiters dropped), except that a group also stays
+/// in place before its contents so `.run(..)` can be matched with its arguments.
+pub(crate) fn flatten(tokens: &TokenStream) -> Vec<TokenTree> {
+    let mut out = Vec::new();
+    for tree in tokens.clone() {
+        if let TokenTree::Group(g) = &tree {
+            out.push(tree.clone());
+            out.extend(flatten(&g.stream()));
+        } else {
+            out.push(tree);
+        }
+    }
+    out
+}
+
 /// A path as written, without generic arguments, and with a `macro_rules!` metavariable
 /// shown as written (`$module::create_order`).
 pub(crate) fn display_path(path: &syn::Path) -> String {
-    let text = path
-        .segments
-        .iter()
-        .map(|s| s.ident.to_string())
-        .collect::<Vec<_>>()
-        .join("::");
+    let text = segments(path).join("::");
     let text = text.replace(METAVAR, "$");
     if path.leading_colon.is_some() {
         format!("::{text}")
@@ -404,12 +419,7 @@ fn policy_def(expr: &Expr) -> Option<PolicyDef> {
     let Expr::Path(func) = &*call.func else {
         return None;
     };
-    let segments: Vec<String> = func
-        .path
-        .segments
-        .iter()
-        .map(|s| s.ident.to_string())
-        .collect();
+    let segments = segments(&func.path);
     if !segments.ends_with(&["Policy".to_owned(), "new".to_owned()]) {
         return None;
     }

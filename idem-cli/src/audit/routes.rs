@@ -14,7 +14,7 @@ use quote::ToTokens;
 use syn::visit::Visit;
 use syn::{Expr, ExprCall, ExprMethodCall, ExprPath};
 
-use super::index::{FnDef, Index, Want, display_path, line_of, string_lit};
+use super::index::{FnDef, Index, Want, display_path, line_of, segments, string_lit};
 
 /// The methods an audit lists.
 pub(crate) const UNSAFE: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
@@ -872,12 +872,7 @@ fn is_routing_path(call: &ExprCall) -> bool {
     let Expr::Path(func) = &*call.func else {
         return false;
     };
-    let segments: Vec<String> = func
-        .path
-        .segments
-        .iter()
-        .map(|s| s.ident.to_string())
-        .collect();
+    let segments = segments(&func.path);
     segments.len() == 1 || matches!(segments[segments.len() - 2].as_str(), "routing" | "web")
 }
 
@@ -891,12 +886,7 @@ fn axum_method(name: &str) -> Option<String> {
 fn method_of(expr: &Expr) -> Option<String> {
     match strip(expr) {
         Expr::Path(p) => {
-            let segments: Vec<String> = p
-                .path
-                .segments
-                .iter()
-                .map(|s| s.ident.to_string())
-                .collect();
+            let segments = segments(&p.path);
             let [.., kind, name] = segments.as_slice() else {
                 return None;
             };
