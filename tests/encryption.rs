@@ -403,8 +403,8 @@ async fn phased_unfinished<DB: TestBackend>(
 }
 
 /// An operator resolves unfinished keys of an encrypted deployment: with
-/// `resolve_key_with` the answer is sealed and replays; with `resolve_key` it is stored in
-/// clear and refused like any response in clear where a sealed one belongs.
+/// `resolve_key_with` the answer is sealed and replays; `resolve_key`, which has no keyring,
+/// refuses and stores nothing (in clear, the answer would be refused on every replay).
 async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
     let env = Env::<DB>::open().await;
     let idem = env.idem().encrypt_with(first());
@@ -449,18 +449,23 @@ async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
     assert_eq!(replay.header("content-type"), Some("application/json"));
     assert_eq!(&replay.body[..], answer);
 
-    idem::resolve_key(
+    // Without the keyring the answer would be stored in clear and refused on replay:
+    // resolve_key (what `idem resolve` calls) refuses instead, on a table holding sealed
+    // responses, and stores nothing.
+    let refused = idem::resolve_key(
         env.idem().pool(),
         &scope,
         "resolved-clear",
         &resolution,
         keep,
     )
-    .await
-    .expect("resolve");
-    app.call(request("resolved-clear"))
-        .await
-        .assert_idem_problem(500, "stored-response-unreadable");
+    .await;
+    assert!(
+        matches!(refused, Err(idem::ResolveError::Sealed)),
+        "{refused:?}"
+    );
+    // Still unfinished: the retry runs the handler again rather than a 500.
+    assert_eq!(app.call(request("resolved-clear")).await.status, 503);
 }
 
 support::backend_tests!(

@@ -157,3 +157,36 @@ async fn resolve_refuses_a_key_in_a_lease_and_needs_an_answer() {
     let usage = idem_on(&db, &["resolve", "1001", "busy", "--status", "201"]);
     assert_eq!(usage.0.status.code(), Some(2), "{}", usage.stderr());
 }
+
+/// A table that holds sealed responses (an application with a keyring) must not get an
+/// answer in clear from the CLI, which has no keyring: the application would refuse that
+/// answer with 500 `stored-response-unreadable` while the CLI said its retries get it.
+#[tokio::test]
+async fn resolve_refuses_to_store_in_clear_beside_sealed_responses() {
+    let (db, pool) = migrated().await;
+    stranded_payment(&pool, "pay-sealed").await;
+    insert_in_progress(&pool, "1001", "done", 60, -60).await;
+    // A completed row as a keyring writes it: the documented marker 0xFF "idem1", then
+    // the key id, nonce and ciphertext (their bytes do not matter to the check).
+    sqlx::query(
+        "UPDATE idem_keys SET state = 'completed', response_status = 201,
+             response_body = '\\xff6964656d31026b31'::bytea || sha256('nonce and ciphertext')
+         WHERE idem_key = 'done'",
+    )
+    .execute(&pool)
+    .await
+    .expect("seal a completed row");
+
+    let refused =
+        idem_on(&db, &["resolve", "1001", "pay-sealed", "--failed", "x"]).one_line_error();
+    assert!(
+        refused.starts_with("key \"pay-sealed\" in scope \"1001\": the table holds sealed"),
+        "{refused}"
+    );
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM idem_keys WHERE idem_key = 'pay-sealed'")
+            .fetch_one(&pool)
+            .await
+            .expect("the key row");
+    assert_eq!(state, "started", "nothing was stored");
+}

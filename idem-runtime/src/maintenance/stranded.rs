@@ -222,6 +222,11 @@ pub enum ResolveError {
     AlreadyCompleted,
     /// An attempt holds the key's lease: it is being worked on right now.
     InLease,
+    /// The table holds sealed responses (an application with a keyring writes to it),
+    /// and this call has no keyring: an answer stored in clear would be refused with 500
+    /// `stored-response-unreadable` instead of replayed. Resolve with
+    /// [`resolve_key_with`] and the application's `Idem`, keyring included.
+    Sealed,
     /// The database failed.
     Database(sqlx::Error),
 }
@@ -233,6 +238,12 @@ impl std::fmt::Display for ResolveError {
             Self::AlreadyCompleted => f.write_str("the key is completed already"),
             Self::InLease => f.write_str(
                 "an attempt holds the key's lease; wait for it to finish or for the lease to run out",
+            ),
+            Self::Sealed => f.write_str(
+                "the table holds sealed responses (encrypted storage) and this resolution has \
+                 no keyring: its answer would be stored in clear, and the application would \
+                 answer 500 instead of replaying it; resolve with the application's keyring \
+                 (idem_runtime::resolve_key_with)",
             ),
             Self::Database(error) => write!(f, "database error: {error}"),
         }
@@ -260,9 +271,11 @@ impl From<sqlx::Error> for ResolveError {
 ///
 /// The key gets a new fencing token, so an attempt that is still running past its lease
 /// can record nothing more. Committed phases stay recorded, for the audit. The answer is
-/// stored as it is: with encrypted storage (feature `encryption`) use
-/// [`resolve_key_with`], which seals it with the application's keyring; an answer in
-/// clear is refused there (500 `stored-response-unreadable`) instead of replayed.
+/// stored as it is, so with encrypted storage (feature `encryption`) use
+/// [`resolve_key_with`], which seals it with the application's keyring: an answer in
+/// clear would be refused there (500 `stored-response-unreadable`) instead of replayed.
+/// Without a keyring, a table that holds sealed responses gets [`ResolveError::Sealed`]
+/// and nothing is stored.
 ///
 /// ```no_run
 /// # async fn resolve(pool: sqlx::PgPool) -> Result<(), idem_runtime::ResolveError> {
@@ -331,6 +344,10 @@ async fn resolve<DB: Backend>(
     resolution: &Resolution,
     keep: Duration,
 ) -> Result<(), ResolveError> {
+    use crate::protocol::encryption;
+    if !encryption::seals(keyring) && DB::holds_sealed_responses(pool, encryption::MARKER).await? {
+        return Err(ResolveError::Sealed);
+    }
     let mut headers = http::HeaderMap::new();
     headers.insert(
         http::header::CONTENT_TYPE,

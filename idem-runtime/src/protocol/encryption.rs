@@ -53,7 +53,7 @@ use crate::store::{ClaimRequest, ExistingKey};
 
 /// Marks a sealed value: `0xFF` never starts UTF-8 text, so no header block and no text
 /// body stored before encryption was turned on looks sealed.
-const MARKER: &[u8; 6] = b"\xffidem1";
+pub(crate) const MARKER: &[u8; 6] = b"\xffidem1";
 
 /// Nonce length of XChaCha20-Poly1305: random nonces of this size never repeat in
 /// practice.
@@ -238,6 +238,11 @@ pub(crate) struct Row<'a> {
     /// retention) would open in the row of a later one, copied there.
     pub(crate) generation: i64,
     pub(crate) status: u16,
+}
+
+/// Whether `keyring` seals what is stored.
+pub(crate) fn seals(keyring: &Slot) -> bool {
+    keyring.is_some()
 }
 
 /// Binds a sealed value to its row and field.

@@ -420,6 +420,13 @@ pub trait MaintenanceStore: sqlx::Database {
         key: &str,
     ) -> impl Future<Output = Result<Vec<(String, String, i64)>, sqlx::Error>> + Send;
 
+    /// Whether any stored response starts with `marker` (the mark of a sealed value):
+    /// whether an application with a keyring writes to this table.
+    fn holds_sealed_responses(
+        pool: &Pool<Self>,
+        marker: &[u8],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
     /// The generation of a key's row, if it has one.
     fn generation_of(
         pool: &Pool<Self>,

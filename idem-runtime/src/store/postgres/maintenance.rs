@@ -67,6 +67,17 @@ impl MaintenanceStore for Postgres {
         Ok(())
     }
 
+    /// A scan of the table, stopped at the first hit: an operator's command, run once.
+    async fn holds_sealed_responses(pool: &Pool<Self>, marker: &[u8]) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM idem_keys
+             WHERE substring(response_body FROM 1 FOR octet_length($1)) = $1)",
+        )
+        .bind(marker)
+        .fetch_one(pool)
+        .await
+    }
+
     async fn generation_of(
         pool: &Pool<Self>,
         scope: &str,

@@ -46,6 +46,17 @@ impl MaintenanceStore for Sqlite {
         migrator.run(pool).await
     }
 
+    /// A scan of the table, stopped at the first hit: an operator's command, run once.
+    async fn holds_sealed_responses(pool: &Pool<Self>, marker: &[u8]) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM idem_keys
+             WHERE substr(response_body, 1, length($1)) = $1)",
+        )
+        .bind(marker)
+        .fetch_one(pool)
+        .await
+    }
+
     async fn generation_of(
         pool: &Pool<Self>,
         scope: &str,
