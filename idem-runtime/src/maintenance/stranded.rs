@@ -344,10 +344,6 @@ async fn resolve<DB: Backend>(
     resolution: &Resolution,
     keep: Duration,
 ) -> Result<(), ResolveError> {
-    use crate::protocol::encryption;
-    if !encryption::seals(keyring) && DB::holds_sealed_responses(pool, encryption::MARKER).await? {
-        return Err(ResolveError::Sealed);
-    }
     let mut headers = http::HeaderMap::new();
     headers.insert(
         http::header::CONTENT_TYPE,
@@ -362,6 +358,12 @@ async fn resolve<DB: Backend>(
     let Some(generation) = DB::generation_of(pool, scope, key).await? else {
         return Err(ResolveError::NotFound);
     };
+    // After the key is found, so a mistyped key costs no scan of the table.
+    if !crate::protocol::encryption::seals(keyring)
+        && DB::holds_sealed_responses(pool, crate::protocol::SEALED_MARKER).await?
+    {
+        return Err(ResolveError::Sealed);
+    }
     let row = crate::protocol::encryption::Row {
         scope,
         key,

@@ -47,13 +47,10 @@ use std::time::SystemTime;
 use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 
+use crate::protocol::SEALED_MARKER as MARKER;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::problem::{Problem, ProblemKind};
 use crate::store::{ClaimRequest, ExistingKey};
-
-/// Marks a sealed value: `0xFF` never starts UTF-8 text, so no header block and no text
-/// body stored before encryption was turned on looks sealed.
-pub(crate) const MARKER: &[u8; 6] = b"\xffidem1";
 
 /// Nonce length of XChaCha20-Poly1305: random nonces of this size never repeat in
 /// practice.

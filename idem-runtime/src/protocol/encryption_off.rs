@@ -18,10 +18,6 @@ pub(crate) struct Row<'a> {
     pub(crate) status: u16,
 }
 
-/// The mark of a sealed value (see `encryption.rs`): a table may hold sealed values
-/// written by another build of the application, with the feature.
-pub(crate) const MARKER: &[u8; 6] = b"\xffidem1";
-
 /// Nothing is sealed without the feature.
 pub(crate) fn seals((): &Slot) -> bool {
     false

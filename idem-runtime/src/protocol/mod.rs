@@ -6,6 +6,12 @@
 //! the framework's responses through [`framework::Framework`].
 
 pub(crate) mod config;
+/// Marks a sealed stored value (the format `encryption.rs` describes): `0xFF` never
+/// starts UTF-8 text, so no header block and no text body stored before encryption was
+/// turned on looks sealed. Known without the feature too, since a table can hold values
+/// sealed by another build of the application.
+pub(crate) const SEALED_MARKER: &[u8; 6] = b"\xffidem1";
+
 #[cfg(feature = "encryption")]
 pub mod encryption;
 #[cfg(not(feature = "encryption"))]
