@@ -248,7 +248,7 @@ async fn a_verified_event_runs_once_and_every_redelivery_replays<DB: AxumBackend
     assert_eq!(
         env.key_rows().await,
         [(
-            TENANT_A.to_owned(),
+            format!("webhook:{TENANT_A}"),
             "evt_1".to_owned(),
             "completed".to_owned(),
             Some(200)
@@ -413,7 +413,10 @@ async fn another_senders_event_of_the_same_id_is_its_own_event<DB: AxumBackend>(
     assert_eq!(charge_events(&env, "evt_4").await, 2);
     let mut scopes: Vec<String> = env.key_rows().await.into_iter().map(|row| row.0).collect();
     scopes.sort();
-    assert_eq!(scopes, [TENANT_A, TENANT_B]);
+    assert_eq!(
+        scopes,
+        [format!("webhook:{TENANT_A}"), format!("webhook:{TENANT_B}")]
+    );
 }
 
 /// Behind `IdempotencyLayer`, with `SignedWebhook` as the layer's scope: a forged delivery
@@ -456,7 +459,7 @@ async fn the_layer_verifies_and_keys_a_webhook_as_the_attribute_does<DB: AxumBac
     assert_eq!(
         env.key_rows().await,
         [(
-            TENANT_A.to_owned(),
+            format!("webhook:{TENANT_A}"),
             "evt_5".to_owned(),
             "completed".to_owned(),
             Some(200)

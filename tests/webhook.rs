@@ -155,7 +155,7 @@ where
     assert_eq!(
         env.key_rows().await,
         [(
-            webhooks::SENDER.to_owned(),
+            format!("webhook:{}", webhooks::SENDER),
             "evt_1".to_owned(),
             "completed".to_owned(),
             Some(200)
@@ -491,6 +491,266 @@ where
     }
 }
 
+/// A captured delivery resent first with a query, then the sender's own: the query is not
+/// signed, so it does not make another request. Before the fingerprint covered only what
+/// was signed, the resent copy took the event's id and the sender's delivery, and every
+/// retry of it, got 422 for the whole retention.
+async fn a_captured_delivery_resent_with_a_query_does_not_lock_the_sender_out<DB>()
+where
+    DB: Receiving,
+{
+    let env = Env::<DB>::open().await;
+    let app = receiver(&env).await;
+    let body = event("evt_q", "ch_q", 700);
+    // A query the receiver accepts (its test hook), with no effect on what it does.
+    let captured = delivery(&format!("{}?delay_ms=0", webhooks::PATH), "evt_q", &body);
+    let first = app.call(captured).await;
+    assert_recorded(&first, "evt_q");
+    let genuine = app.call(delivery(webhooks::PATH, "evt_q", &body)).await;
+    genuine.assert_replay_of(&first);
+    assert_eq!(charge_events(&env, "evt_q").await, 1, "the event ran once");
+    // The body is signed: another body under the same id is still refused.
+    app.call(delivery(
+        webhooks::PATH,
+        "evt_q",
+        &event("evt_q", "ch_q", 701),
+    ))
+    .await
+    .assert_idem_problem(422, "idempotency-key-reused");
+}
+
+/// A caller of the application's own whose scope value is the sender's name.
+struct Tenant;
+
+impl actix_web::FromRequest for Tenant {
+    type Error = actix_web::Error;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(_: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(Ok(Self))
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Tenant {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        _: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self)
+    }
+}
+
+impl idem::ScopeKey for Tenant {
+    fn scope_key(&self) -> std::borrow::Cow<'_, str> {
+        webhooks::SENDER.into()
+    }
+}
+
+const NOTES: &str = "/tenant/notes";
+
+/// An endpoint of the tenant's, writing nothing.
+#[idem::idempotent(scope = tenant)]
+async fn tenant_note<DB: idem::Backend>(tenant: Tenant, tx: idem::Tx<'_, DB>) -> HttpResponse {
+    let _ = (&tenant, &tx);
+    HttpResponse::Created().json(json!({ "note": "kept" }))
+}
+
+macro_rules! tenant_notes_on_axum {
+    ($($module:ident: $db:ty),+) => {$(
+        mod $module {
+            use super::*;
+
+            #[idem::axum::idempotent(scope = tenant)]
+            pub(crate) async fn tenant_note(
+                tenant: Tenant,
+                tx: idem::Tx<'_, $db>,
+            ) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+                let _ = (&tenant, &tx);
+                (axum::http::StatusCode::CREATED, axum::Json(json!({ "note": "kept" })))
+            }
+        }
+    )+};
+}
+
+tenant_notes_on_axum!(notes_on_postgres: sqlx::Postgres, notes_on_sqlite: sqlx::Sqlite);
+
+/// A tenant named like the sender posts an event's id as its `Idempotency-Key` before the
+/// sender delivers the event. The sender's keys live in their own namespace, so its
+/// delivery runs; before, it got 422, whose detail told the tenant which route used the id.
+async fn a_tenant_named_like_the_sender_cannot_take_its_event_ids<DB>()
+where
+    DB: Receiving,
+{
+    let env = Env::<DB>::open().await;
+    let note = support::by_database::<DB, _>(
+        || axum::routing::post(notes_on_postgres::tenant_note),
+        || axum::routing::post(notes_on_sqlite::tenant_note),
+    );
+    let app = support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            webhooks::configure::<DB>(cfg, signer());
+            cfg.route(NOTES, web::post().to(tenant_note::<DB>));
+        },
+        || axum_webhooks::router::<DB>(signer()).route(NOTES, note),
+    )
+    .await;
+    let squat = app
+        .call(
+            TestRequest::post()
+                .uri(NOTES)
+                .insert_header(("idempotency-key", "evt_t")),
+        )
+        .await;
+    assert_eq!(squat.status, 201, "{squat:?}");
+    let body = event("evt_t", "ch_t", 300);
+    let first = app.call(delivery(webhooks::PATH, "evt_t", &body)).await;
+    assert_recorded(&first, "evt_t");
+    assert!(!first.replayed(), "{first:?}");
+    assert_eq!(charge_events(&env, "evt_t").await, 1);
+    let mut scopes: Vec<String> = env.key_rows().await.into_iter().map(|row| row.0).collect();
+    scopes.sort();
+    assert_eq!(
+        scopes,
+        [
+            webhooks::SENDER.to_owned(),
+            format!("webhook:{}", webhooks::SENDER)
+        ]
+    );
+}
+
+/// The fingerprint of a delivery as the version before the `webhook:` namespace stored it.
+fn stored_before_the_namespace(body: &str) -> String {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        "content-type",
+        http::HeaderValue::from_static("application/json"),
+    );
+    let fingerprint =
+        idem::Fingerprint::of_request("POST", webhooks::PATH, &headers, body.as_bytes())
+            .expect("a JSON body");
+    fingerprint
+        .as_bytes()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// A key the version before the namespace stored under the sender's bare name is still
+/// the event's: its redelivery replays it (its effect is not repeated), a different body
+/// under its id is 422, and no second key is made for it.
+async fn an_event_stored_before_the_namespace_is_not_processed_again<DB>()
+where
+    DB: Receiving,
+{
+    let env = Env::<DB>::open().await;
+    let app = receiver(&env).await;
+    let body = event("evt_old", "ch_old", 400);
+    let first = app.call(delivery(webhooks::PATH, "evt_old", &body)).await;
+    assert_recorded(&first, "evt_old");
+    // Make the row what the previous version stored: the bare sender, the old fingerprint.
+    let hash = stored_before_the_namespace(&body);
+    let literal = support::by_database::<DB, _>(
+        || format!("decode('{hash}', 'hex')"),
+        || format!("X'{hash}'"),
+    );
+    let moved = DB::scalar(
+        &env.pool,
+        &format!(
+            "UPDATE idem_keys SET scope = '{sender}', request_hash = {literal} \
+             WHERE scope = 'webhook:{sender}' AND idem_key = 'evt_old' RETURNING CAST(1 AS BIGINT)",
+            sender = webhooks::SENDER
+        ),
+    )
+    .await;
+    assert_eq!(moved, 1);
+    app.call(delivery(webhooks::PATH, "evt_old", &body))
+        .await
+        .assert_replay_of(&first);
+    app.call(delivery(
+        webhooks::PATH,
+        "evt_old",
+        &event("evt_old", "ch_old", 401),
+    ))
+    .await
+    .assert_idem_problem(422, "idempotency-key-reused");
+    assert_eq!(
+        charge_events(&env, "evt_old").await,
+        1,
+        "the event ran once"
+    );
+    let scopes: Vec<String> = env.key_rows().await.into_iter().map(|row| row.0).collect();
+    assert_eq!(scopes, [webhooks::SENDER], "no second key for the event");
+}
+
+/// A signed webhook's type under another name: the attribute cannot see it is one, so
+/// the request is refused before anything runs.
+type Hook = idem::SignedWebhook;
+
+#[idem::idempotent(scope = sender)]
+async fn aliased_receiver<DB: idem::Backend>(sender: Hook, tx: idem::Tx<'_, DB>) -> HttpResponse {
+    let _ = (&sender, &tx);
+    HttpResponse::Ok().finish()
+}
+
+macro_rules! aliased_on_axum {
+    ($($module:ident: $db:ty),+) => {$(
+        mod $module {
+            use super::*;
+
+            #[idem::axum::idempotent(scope = sender)]
+            pub(crate) async fn aliased_receiver(sender: Hook, tx: idem::Tx<'_, $db>) -> &'static str {
+                let _ = (&sender, &tx);
+                "ran"
+            }
+        }
+    )+};
+}
+
+aliased_on_axum!(aliased_on_postgres: sqlx::Postgres, aliased_on_sqlite: sqlx::Sqlite);
+
+const ALIASED: &str = "/webhooks/aliased";
+
+/// Keyed by `Idempotency-Key` under a signed sender's scope: a captured delivery resent
+/// under fresh keys would run each time, so every request is refused with 500 and nothing
+/// runs or is stored.
+async fn a_signed_webhook_keyed_by_an_unsigned_header_is_refused<DB>()
+where
+    DB: Receiving,
+{
+    let env = Env::<DB>::open().await;
+    let aliased = support::by_database::<DB, _>(
+        || axum::routing::post(aliased_on_postgres::aliased_receiver),
+        || axum::routing::post(aliased_on_sqlite::aliased_receiver),
+    );
+    let app = support::service_with_twin(
+        &env.idem(),
+        |cfg| {
+            cfg.service(
+                web::resource(ALIASED)
+                    .app_data(signer())
+                    .route(web::post().to(aliased_receiver::<DB>)),
+            );
+        },
+        || {
+            axum::Router::new()
+                .route(ALIASED, aliased)
+                .layer(axum::Extension(signer()))
+        },
+    )
+    .await;
+    let body = event("evt_a", "ch_a", 100);
+    for key in ["k1", "k2"] {
+        let reply = app
+            .call(delivery(ALIASED, "evt_a", &body).insert_header(("idempotency-key", key)))
+            .await;
+        reply.assert_idem_problem(500, "not-configured");
+    }
+    assert_eq!(env.keys().await, 0, "nothing was stored");
+}
+
 /// The example's document describes the receiver as it answers: the event id from the
 /// `webhook-id` header (required), no `Idempotency-Key`, idem's policy with that header,
 /// and idem's problems for a missing or invalid id.
@@ -538,6 +798,10 @@ support::backend_tests!(
     a_delivery_that_crashed_before_its_commit_is_processed_once_on_redelivery,
     unverified_or_unkeyed_deliveries_are_refused_and_nothing_is_stored,
     the_same_event_id_with_another_body_is_a_422_and_the_first_effect_stands,
+    a_captured_delivery_resent_with_a_query_does_not_lock_the_sender_out,
+    a_tenant_named_like_the_sender_cannot_take_its_event_ids,
+    an_event_stored_before_the_namespace_is_not_processed_again,
+    a_signed_webhook_keyed_by_an_unsigned_header_is_refused,
 );
 support::actix_only_tests!(a_gzip_delivery_verifies_over_its_raw_bytes_on_both_paths);
 support::both_frameworks!(

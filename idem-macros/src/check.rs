@@ -13,7 +13,7 @@ use crate::backend::{backend, borrowed_backend, checked_backend, is_type_param, 
 use crate::errors::Errors;
 use crate::exempt;
 use crate::model::{Expansion, Fallback, Framework, Model, Param, Rejected, Scope, Shell, UNNAMED};
-use crate::parse::{Arg, Args};
+use crate::parse::{Arg, Args, KeyArg};
 use crate::syntax::{self, AttrKind, Role};
 use crate::validate;
 
@@ -64,6 +64,9 @@ pub(crate) fn check(
         .key
         .given()
         .and_then(|key| validate::key(key).map_err(|error| errors.push(error)).ok());
+    if let Some(scope) = &scope {
+        signed_key(&args, &func, scope, key.as_ref(), &mut errors);
+    }
     if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
         errors.push(phases_with_tx(phases, tx));
     }
@@ -450,6 +453,50 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
         ),
     ));
     None
+}
+
+/// A handler scoped by `SignedWebhook` takes its key from what the sender signed: the
+/// `webhook-id` header or a field of the body. A key from `Idempotency-Key` or another
+/// header is not signed, so a captured delivery resent under fresh keys would run the
+/// handler once per key.
+fn signed_key(
+    args: &Args,
+    func: &ItemFn,
+    scope: &Scope,
+    key: Option<&validate::KeySpec>,
+    errors: &mut Errors,
+) {
+    let Some(FnArg::Typed(param)) = func.sig.inputs.iter().nth(scope.index) else {
+        return;
+    };
+    if !syntax::is_signed_webhook(&param.ty) {
+        return;
+    }
+    let fix = |what: &str| {
+        format!(
+            "`{}` is scoped by a signed webhook but takes its key from {what}, which the \
+             sender did not sign: anyone holding one captured delivery could resend it under \
+             fresh keys and run the handler each time; write `key = header(\"webhook-id\")`, \
+             or `key = json(\"..\")` for an id in the signed body",
+            func.sig.ident
+        )
+    };
+    match (&args.key, key) {
+        (Arg::Absent, _) => errors.push(syn::Error::new_spanned(
+            &param.ty,
+            fix("the `Idempotency-Key` header"),
+        )),
+        (Arg::Given(KeyArg::Header(lit)), Some(validate::KeySpec::Header(name)))
+            if name != "webhook-id" =>
+        {
+            errors.push(syn::Error::new(
+                lit.span(),
+                fix(&format!("the `{name}` header")),
+            ));
+        }
+        // A `json(..)` key is in the signed body; an unreadable one was reported.
+        _ => {}
+    }
 }
 
 /// Points at `backend = ..` beside a `Tx` or `Phases`: the parameter's type names the

@@ -251,6 +251,16 @@ pub(crate) fn is_body(ty: &Type) -> bool {
             .any(|name| last_segment_is(path, name))
 }
 
+/// `SignedWebhook`, by any path, or a reference to it: a scope whose value is a sender
+/// that signed the body, so the key must come from what it signed.
+pub(crate) fn is_signed_webhook(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(reference) => is_signed_webhook(&reference.elem),
+        Type::Path(path) => last_segment_is(path, "SignedWebhook"),
+        _ => false,
+    }
+}
+
 fn last_segment_is(path: &TypePath, name: &str) -> bool {
     path.qself.is_none() && path.path.segments.last().is_some_and(|s| s.ident == name)
 }

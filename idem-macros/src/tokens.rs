@@ -137,7 +137,10 @@ pub(crate) fn param_tokens(
         });
         if index == model.scope.index {
             params.scope_value = Some(quote_spanned! {ty.span()=>
-                ::std::borrow::Cow::into_owned(<#ty as #at_ty::ScopeKey>::scope_key(&#arg))
+                #at_ty::__private::stored_scope(
+                    &<#ty as #at_ty::ScopeKey>::scope_key(&#arg),
+                    <#ty as #at_ty::ScopeKey>::SIGNED_SENDER,
+                )
             });
         }
         params.call_args.push(quote!(#arg));

@@ -98,6 +98,7 @@ pub mod __private {
     pub use crate::__idem_unnamed_backend as unnamed_backend;
     pub use crate::protocol::key::KeySource;
     pub use crate::protocol::policy::Policy;
+    pub use crate::protocol::scope::namespaced as stored_scope;
     pub use crate::registry::{Exempted, Exemption, Registration};
     pub use inventory;
 

@@ -128,6 +128,7 @@ impl<DB: Backend> Prepared<DB> {
                 .path_and_query()
                 .map_or_else(|| req.path(), |pq| pq.as_str()),
             headers: req.headers(),
+            raw: &self.body,
             content: &self.content,
             framework: PhantomData,
         }

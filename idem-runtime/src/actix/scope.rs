@@ -13,6 +13,7 @@ impl<T: ScopeKey + Clone + 'static> ScopeKey for ReqData<T> {
     fn scope_key(&self) -> Cow<'_, str> {
         (**self).scope_key()
     }
+    const SIGNED_SENDER: bool = T::SIGNED_SENDER;
 }
 
 /// ```

@@ -106,12 +106,40 @@ impl<DB: Backend, Sc> IdempotencyLayer<DB, Sc> {
     /// # Panics
     ///
     /// When `policy` has a lease: the phased form runs only as `#[idem::axum::idempotent]`.
-    pub fn new(policy: &'static Policy) -> Self {
+    /// When `Sc` is a signed webhook's sender ([`SignedWebhook`](crate::SignedWebhook))
+    /// and the policy's key is not what the sender signed: the `webhook-id` header
+    /// (`.with_key(KeySource::Header("webhook-id"))`) or a field of the body
+    /// (`KeySource::Json`). A key from any other header is not signed, and a captured
+    /// delivery resent under fresh keys would run the handler once per key:
+    ///
+    /// ```should_panic
+    /// use idem_runtime::{IdempotencyLayer, Policy, SignedWebhook};
+    ///
+    /// static EVENTS: Policy = Policy::new("provider_event", module_path!(), "sender", 86_400);
+    /// let _ = IdempotencyLayer::<sqlx::Sqlite, SignedWebhook>::new(&EVENTS);
+    /// ```
+    pub fn new(policy: &'static Policy) -> Self
+    where
+        Sc: ScopeKey,
+    {
         assert!(
             policy.lease().is_none(),
             "IdempotencyLayer runs the single-transaction form, and the policy of `{}` has a \
              lease: write the phased handler with #[idem::axum::idempotent(.., lease = ..)]",
             policy.handler()
+        );
+        assert!(
+            !Sc::SIGNED_SENDER || policy.key_is_signed(),
+            "the policy of `{}` is scoped by a signed webhook but takes its key from {}, which \
+             the sender did not sign: anyone holding one captured delivery could resend it \
+             under fresh keys and run the handler each time; declare the policy with \
+             `.with_key(KeySource::Header(\"webhook-id\"))`, or `KeySource::Json(..)` for an \
+             id in the signed body",
+            policy.handler(),
+            policy.key_source().map_or_else(
+                || "the Idempotency-Key header".to_owned(),
+                |key| key.to_string()
+            ),
         );
         crate::registry::register(policy);
         Self {
@@ -239,7 +267,7 @@ where
     };
     let mut extraction = prepared.extraction();
     let scope = match Sc::from_request_parts(extraction.parts_mut(), &()).await {
-        Ok(scope) => scope.scope_key().into_owned(),
+        Ok(scope) => crate::protocol::scope::namespaced(&scope.scope_key(), Sc::SIGNED_SENDER),
         Err(rejection) => return Ok(rejection.into_response()),
     };
     let response = prepared

@@ -232,6 +232,7 @@ impl<DB: Backend> Prepared<DB> {
                 .path_and_query()
                 .map_or_else(|| uri.path(), |pq| pq.as_str()),
             headers: &self.head.headers,
+            raw: &self.body,
             content: &self.content,
             framework: PhantomData,
         }

@@ -14,6 +14,7 @@ impl<T: ScopeKey> ScopeKey for Extension<T> {
     fn scope_key(&self) -> Cow<'_, str> {
         self.0.scope_key()
     }
+    const SIGNED_SENDER: bool = T::SIGNED_SENDER;
 }
 
 /// Reads the request's head as `T` does; the last extractor cannot be one, as

@@ -42,7 +42,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: for<'t> AsyncFnOnce(Tx<'t, DB>) -> W::Response,
     {
-        let identity = match self.identify() {
+        let identity = match self.identify(scope) {
             Ok(identity) => identity,
             Err(problem) => return answer::<W>(problem),
         };
@@ -79,7 +79,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: AsyncFnOnce(Slot<DB>) -> W::Response,
     {
-        let identity = match self.identify() {
+        let identity = match self.identify(scope) {
             Ok(identity) => identity,
             Err(problem) => return answer::<W>(problem),
         };

@@ -26,6 +26,9 @@ pub(crate) enum Outcome {
     Panicked,
     /// The key store failed.
     StorageError,
+    /// 500: the handler's configuration is refused (a signed webhook keyed by what the
+    /// sender did not sign).
+    Misconfigured,
     /// 500: a stored response does not decrypt.
     #[cfg(feature = "encryption")]
     Unreadable,
@@ -52,6 +55,7 @@ impl Outcome {
             Self::RolledBack => "rolled_back",
             Self::Panicked => "panicked",
             Self::StorageError => "storage_error",
+            Self::Misconfigured => "misconfigured",
             #[cfg(feature = "encryption")]
             Self::Unreadable => "unreadable",
             Self::Resumable => "resumable",

@@ -185,6 +185,13 @@ where
         unreachable!("BothBackendsEnabled is no database")
     }
 
+    async fn read_key(
+        _: &mut Self::Connection,
+        _: &ClaimRequest<'_>,
+    ) -> Result<Option<super::PeekedKey>, sqlx::Error> {
+        unreachable!("BothBackendsEnabled is no database")
+    }
+
     fn is_lock_timeout(_: &sqlx::Error) -> bool {
         unreachable!("BothBackendsEnabled is no database")
     }

@@ -189,6 +189,15 @@ pub trait Backend:
         async { Ok(None) }
     }
 
+    /// Reads the row that holds `request`'s scope and key, outside any transaction and
+    /// without a lock, on every backend: the read of a signed sender's key under the name
+    /// it was stored by before the `webhook:` namespace.
+    #[doc(hidden)]
+    fn read_key(
+        conn: &mut Self::Connection,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Option<PeekedKey>, sqlx::Error>> + Send;
+
     /// Whether a failed COMMIT certainly rolled the transaction back: the database
     /// answered that it refused it (a deferred constraint, say). Any other failure (the
     /// connection lost before the answer came) leaves the outcome unknown.

@@ -172,6 +172,25 @@ impl Fingerprint {
         Self(hasher.finalize().into())
     }
 
+    /// Fingerprints a signed webhook's delivery by what its sender signed, the event's id
+    /// (`webhook-id`) and the body byte for byte as sent, and by the handler that receives
+    /// it. The method, the query, `Content-Type` and `Content-Encoding` are left out: no
+    /// one signed them, so anyone holding a captured delivery could change them, and a
+    /// first request that changed them would take the event's id with an answer the
+    /// sender's own delivery then could not match.
+    pub(crate) fn signed(module_path: &str, handler: &str, id: &str, raw_body: &[u8]) -> Self {
+        let mut hasher = Sha256::new();
+        // Tagged apart from `head`'s inputs, which begin with a method (a token, never
+        // NUL); each part but the body ends with a NUL none of them can contain.
+        hasher.update([0, b'w']);
+        for part in [module_path, handler, id] {
+            hasher.update(part.as_bytes());
+            hasher.update([0]);
+        }
+        hasher.update(raw_body);
+        Self(hasher.finalize().into())
+    }
+
     /// The request target in the form the fingerprint covers and the key store records:
     /// the path as sent, then the query's parameters decoded, sorted by name (repeated
     /// names keep their order) and written again with every byte outside `A-Z a-z 0-9 - .

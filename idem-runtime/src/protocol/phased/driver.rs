@@ -40,7 +40,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     where
         F: AsyncFnOnce(Phases<DB>) -> W::Response,
     {
-        let identity = match self.identify() {
+        let identity = match self.identify(scope) {
             Ok(identity) => identity,
             Err(problem) => return answer::<W>(problem),
         };

@@ -328,10 +328,14 @@ impl SignedWebhook {
     }
 }
 
+/// The sender's name; stored as `webhook:<sender>`, apart from every scope of the
+/// application's own.
 impl ScopeKey for SignedWebhook {
     fn scope_key(&self) -> std::borrow::Cow<'_, str> {
         self.sender().into()
     }
+
+    const SIGNED_SENDER: bool = true;
 }
 
 /// A delivery refused by [`SignedWebhook`]: a problem response.

@@ -16,7 +16,9 @@ use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{Postgres, Row as _, SqlSafeStr as _, Transaction};
 
-use super::{Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, StoredResponse};
+use super::{
+    Backend, Claim, ClaimRequest, Completion, KeyColumns, OwnedResponse, PeekedKey, StoredResponse,
+};
 pub use record::ExistingRecord;
 
 /// Saves the application's `lock_timeout` in a transaction-local setting, then shortens
@@ -326,6 +328,26 @@ impl Backend for Postgres {
         response: &StoredResponse<'_>,
     ) -> Result<Completion, sqlx::Error> {
         complete_key(conn, req.scope, req.key, response).await
+    }
+
+    /// The lease is not read: the one caller answers any key without a final answer 409.
+    async fn read_key(
+        conn: &mut PgConnection,
+        req: &ClaimRequest<'_>,
+    ) -> Result<Option<PeekedKey>, sqlx::Error> {
+        let row = sqlx::query_as::<_, KeyRow>(SELECT_EXISTING)
+            .bind(req.scope)
+            .bind(req.key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        Ok(row.map(|row| {
+            shrink_after(conn, row.key.stored_len());
+            PeekedKey {
+                expired: row.expired,
+                lease_free: true,
+                key: row.key.into_existing(),
+            }
+        }))
     }
 
     /// A staged body's completion runs in a task of its own (`shielded`); a bound one's

@@ -377,6 +377,13 @@ impl Backend for Sqlite {
         conn: &mut SqliteConnection,
         req: &ClaimRequest<'_>,
     ) -> Result<Option<PeekedKey>, sqlx::Error> {
+        Self::read_key(conn, req).await
+    }
+
+    async fn read_key(
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest<'_>,
+    ) -> Result<Option<PeekedKey>, sqlx::Error> {
         let row: Option<KeyRow> = sqlx::query_as(SELECT_EXISTING)
             .bind(req.scope)
             .bind(req.key)
