@@ -33,6 +33,23 @@
 //! [ARCHITECTURE.md]: https://github.com/idem-rs/idem/blob/main/ARCHITECTURE.md
 
 #[doc = include_str!("../../docs/guide/protocol.md")]
+// The pictures inline: docs.rs serves no file of the repository beside the page, so an
+// image link would not resolve there. In a `<div>` block, so that markdown leaves the SVG
+// as it is (its first tag spans two lines, which would make it text of a paragraph).
+#[doc = ""]
+#[doc = "# The pictures"]
+#[doc = ""]
+#[doc = "## The single-transaction and phased state machines"]
+#[doc = ""]
+#[doc = "<div>"]
+#[doc = include_str!("../../docs/protocol.svg")]
+#[doc = "</div>"]
+#[doc = ""]
+#[doc = "## One request's way through the rooms"]
+#[doc = ""]
+#[doc = "<div>"]
+#[doc = include_str!("../../docs/request.svg")]
+#[doc = "</div>"]
 pub mod protocol {}
 
 #[doc = include_str!("../../docs/guide/databases.md")]
