@@ -11,15 +11,26 @@
 //! | [`attributes`] | the attribute's arguments, and exempt handlers |
 //! | [`phased`] | the phased form for handlers that call other services, the outbox, the schema |
 //! | [`webhooks`] | webhook receivers, queue consumers and the trust boundaries |
-#![cfg_attr(feature = "axum", doc = "| [`axum`](self::axum) | axum handlers: the attribute or the layer (feature `axum`) |")]
+#![cfg_attr(
+    feature = "axum",
+    doc = "| [`axum`](self::axum) | axum handlers: the attribute or the layer (feature `axum`) |"
+)]
 //! | [`adopting`] | adopting idem in an existing service, and `idem audit` |
 //! | [`operations`] | expiry and the `idem` command |
 //! | [`client`] | calling idempotent endpoints from Rust with `idem-client` |
-#![cfg_attr(feature = "metrics", doc = "| [`metrics`](self::metrics) | counters and a histogram (feature `metrics`) |")]
-#![cfg_attr(feature = "openapi", doc = "| [`openapi`](self::openapi) | the OpenAPI document (feature `openapi`) |")]
-#![cfg_attr(feature = "encryption", doc = "| [`encryption`](self::encryption) | stored responses encrypted at rest (feature `encryption`) |")]
+#![cfg_attr(
+    feature = "metrics",
+    doc = "| [`metrics`](self::metrics) | counters and a histogram (feature `metrics`) |"
+)]
+#![cfg_attr(
+    feature = "openapi",
+    doc = "| [`openapi`](self::openapi) | the OpenAPI document (feature `openapi`) |"
+)]
+#![cfg_attr(
+    feature = "encryption",
+    doc = "| [`encryption`](self::encryption) | stored responses encrypted at rest (feature `encryption`) |"
+)]
 //! | [`deployment`] | failover, PgBouncer and distributed SQL |
-//!
 //!
 //! The pages of optional features are here when their feature is on; docs.rs builds
 //! with every feature.
