@@ -122,6 +122,7 @@ pub mod guide;
 /// assert!(exempt.contains(&("put_profile", None)));
 /// ```
 pub use idem_macros::exempt;
+/// Its arguments: [the guide's table](crate::guide::attributes).
 #[cfg(feature = "actix")]
 pub use idem_macros::idempotent;
 /// The operator's side: the expiry sweep, the schema's status, the views of the key table
