@@ -6,8 +6,9 @@
 //! hour old, and never a younger one, which a completion under way may still take.
 //!
 //! Not behind a transaction pooler: a handler that ends idem's transaction leaves idem's
-//! statements after it outside any, which the README's "Behind PgBouncer" rules out (the
-//! tests' names carry `_itself_`, which `.ci/run` skips there).
+//! statements after it outside any, which the guide's "Behind PgBouncer"
+//! (`docs/guide/deployment.md`) rules out (the tests' names carry `_itself_`, which
+//! `.ci/run` skips there).
 
 mod large_support;
 mod support;

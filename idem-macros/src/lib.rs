@@ -34,24 +34,10 @@ mod validate;
 ///     -> Result<HttpResponse, AppError> { .. }
 /// ```
 ///
-/// Arguments:
-/// - `scope = <parameter>` (required): the parameter that identifies the caller; its
-///   type implements `idem::ScopeKey`.
-/// - `retention = "<duration>"` (default `"24h"`, at least 24 hours, at most
-///   `"100000y"`): how long a key is kept and replayed, e.g. `"36h"`, `"7d"`.
-/// - `lease = "<duration>"` (the phased form; required with an `idem::Phases`
-///   parameter, refused without one; 1 second to the retention): how long an attempt
-///   holds the key before a retry may take it over, e.g. `"30s"`.
-/// - `crate = <path>` (default `::idem`): the path the generated code reaches idem by,
-///   for a renamed dependency or a re-export, e.g. `crate = my_idem`.
-/// - `key = header("<name>")` or `key = json("<field>")` (default: the `Idempotency-Key`
-///   header): a webhook event's id as the key, from a request header or a field of the
-///   JSON body (a member's name, or a JSON Pointer starting with `/`).
-/// - `backend = <type>` (a handler with neither `idem::Tx` nor `idem::Phases`; needed
-///   when both database features are on, refused beside either): the database whose
-///   `Idem` keeps the keys, e.g. `backend = sqlx::Sqlite`. A `Tx` or `Phases` names its
-///   database in its type parameter; a bare one means the one database enabled, and is
-///   a compile error at its type while both are.
+/// The arguments (`scope`, `retention`, `lease`, `crate`, `key`, `backend`) are in one
+/// table, the guide's
+/// [attribute arguments](https://docs.rs/idem/latest/idem/guide/attributes/)
+/// (`docs/guide/attributes.md` in the repository).
 ///
 /// The phased form:
 ///

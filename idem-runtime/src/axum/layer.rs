@@ -40,8 +40,8 @@ use crate::store::Backend;
 /// stored and committed with its writes; a 5xx, a transient 4xx, a panic or a storage error
 /// rolls both back.
 ///
-/// Where it differs from the attribute, and when to use which (README, "axum: macro or
-/// layer"):
+/// Where it differs from the attribute, and when to use which (the guide's
+/// [axum page](https://docs.rs/idem/latest/idem/guide/axum/#axum-macro-or-layer)):
 ///
 /// - the handler's own extractors run after the claim, inside the transaction: a body its
 ///   `Json` rejects is that key's answer (stored, and replayed to the same request) rather

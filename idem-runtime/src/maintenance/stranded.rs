@@ -17,7 +17,7 @@ use crate::protocol::problem::{PROBLEM_JSON, ProblemKind};
 use crate::store::{Backend, Resolved, StoredResponse, StrandedRow, from_micros};
 
 /// The target of this module's events, as it was before the module moved: filters
-/// and subscribers name it (README, "Expiry and operator tooling").
+/// and subscribers name it (the guide, `docs/guide/operations.md`).
 const TRACE_TARGET: &str = "idem_runtime::stranded";
 
 /// A key in progress past its retention, with what its operation committed so far.

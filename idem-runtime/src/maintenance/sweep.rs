@@ -18,7 +18,7 @@ use crate::store::Backend;
 use crate::store::choice::DefaultBackend;
 
 /// The target of this module's events, as it was before the module moved: filters
-/// and subscribers name it (README, "Expiry and operator tooling").
+/// and subscribers name it (the guide, `docs/guide/operations.md`).
 const TRACE_TARGET: &str = "idem_runtime::expiry";
 
 /// The expiry task: deletes key rows whose retention has ended, in bounded batches, and
@@ -101,7 +101,7 @@ impl Expiry<crate::store::choice::AnyBackend> {
     /// 1.7 to 2.1 times during a sweep on a 2-core machine, with 100 (5 ms apart) 1.3 to
     /// 1.5 times (BENCHMARKS.md). Larger batches delete faster (on 100 000 expired keys at
     /// full speed: 100 did 13 000 to 20 000 rows/s, 1000 did 38 000, 5000 did 60 000;
-    /// the README has the measurements), so raise it to clear a backlog off-peak.
+    /// the guide's `docs/guide/operations.md` has the measurements), so raise it to clear a backlog off-peak.
     ///
     /// ```
     /// assert_eq!(idem_runtime::Expiry::DEFAULT_BATCH_SIZE, 100);

@@ -143,7 +143,7 @@ impl Key<'_> {
 }
 
 /// The key a phased handler sends to a provider for `step`, recomputed here from its
-/// documented format (README, "Keys for other services"), so the checker does not take
+/// documented format (`docs/guide/phased.md`, "Keys for other services"), so the checker does not take
 /// the runtime's word for which generation a charge belongs to.
 fn derive_key(scope: &str, key: &str, generation: i64, step: &str) -> String {
     let mut hasher = Sha256::new();

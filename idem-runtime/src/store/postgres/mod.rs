@@ -72,7 +72,7 @@ pub(super) use own_transaction;
 /// connection at no cost, so no setting can be forgotten: a connection that keeps
 /// prepared statements (sqlx's statement cache on, its default) is not behind a pooler
 /// that loses them between transactions, where the next use of a cached statement would
-/// fail on another server connection; the README asks for the cache off there
+/// fail on another server connection; `docs/guide/deployment.md` asks for the cache off there
 /// (`statement-cache-capacity=0`). An empty cache counts as pooled: with the cache off,
 /// always; with it on, only for the connection's first statement, which then pays the
 /// two round trips once. (A pooler that keeps prepared statements itself, PgBouncer 1.21
