@@ -176,6 +176,23 @@ macro_rules! axum_phased {
             }
 
             #[idem::axum::idempotent(scope = account, lease = "1s")]
+            pub(super) async fn phased_charge(
+                account: super::support::app::Account,
+                headers: axum::http::HeaderMap,
+                phases: idem::Phases<$db>,
+            ) -> Result<(StatusCode, String), idem::PhaseError> {
+                let charge = phases
+                    .run("charge", async |mut tx| {
+                        super::charge::<$db>(&mut tx, account.id()).await
+                    })
+                    .await?;
+                if headers.contains_key("x-fail") {
+                    return Ok((StatusCode::SERVICE_UNAVAILABLE, String::new()));
+                }
+                Ok((StatusCode::CREATED, charge))
+            }
+
+            #[idem::axum::idempotent(scope = account, lease = "1s")]
             pub(super) async fn phased_unfinished(
                 account: super::support::app::Account,
                 phases: idem::Phases<$db>,
@@ -388,6 +405,119 @@ async fn an_earlier_lifes_response_does_not_open_in_a_later_life<DB: RowAccess>(
     }
 }
 
+/// The provider's answer a phase records: what must not be stored in clear.
+const CHARGE: &str = "ch_secret_4242";
+
+/// A phase's effect, counted in `orders`, and its output: the provider's charge id.
+async fn charge<DB: support::app::Store>(
+    tx: &mut idem::Tx<'_, DB>,
+    account: i64,
+) -> Result<String, idem::PhaseError> {
+    let order: support::app::NewOrder =
+        serde_json::from_str(r#"{"item":"charge","quantity":1,"amount_cents":100}"#).unwrap();
+    DB::insert_order(tx, account, &order).await.expect("insert");
+    Ok(CHARGE.to_owned())
+}
+
+/// A phased handler that records the provider's charge id, then answers 503 when asked
+/// (`x-fail`, not part of the request's fingerprint), 201 with the charge id otherwise.
+#[idem::idempotent(scope = account, lease = "1s")]
+async fn phased_charge<DB: TestBackend>(
+    account: support::app::Account,
+    req: actix_web::HttpRequest,
+    phases: idem::Phases<DB>,
+) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+    let charge = phases
+        .run("charge", async |mut tx| {
+            charge::<DB>(&mut tx, account.id()).await
+        })
+        .await?;
+    if req.headers().contains_key("x-fail") {
+        return Ok(actix_web::HttpResponse::ServiceUnavailable().finish());
+    }
+    Ok(actix_web::HttpResponse::Created().body(charge))
+}
+
+/// The recorded output of `key`'s only phase, as the column holds it.
+async fn phase_output<DB: TestBackend>(env: &Env<DB>, key: &str) -> String {
+    let outputs = DB::texts(
+        &env.pool,
+        &format!(
+            "SELECT CAST(p.output AS TEXT) FROM idem_phases p \
+             JOIN idem_keys k ON k.scope = p.scope AND k.idem_key = p.idem_key \
+             WHERE k.idem_key = '{key}'"
+        ),
+    )
+    .await;
+    assert_eq!(outputs.len(), 1, "one recorded phase: {outputs:?}");
+    outputs.into_iter().next().unwrap()
+}
+
+/// With a keyring, a phase's output (here a provider's charge id) is recorded sealed; a
+/// retry that resumes gets it back in clear, without running the phase again. A sealed
+/// output moved to another key's row, and one in clear, do not open: the retry is a 500
+/// and the phase does not run again.
+async fn phase_outputs_are_sealed_and_resume_in_clear<DB: RowAccess>() {
+    let env = Env::<DB>::open().await;
+    let idem = env.idem().encrypt_with(first());
+    let app = support::service_with_twin(
+        &idem,
+        |cfg| {
+            cfg.route(
+                "/test/phased-charge",
+                actix_web::web::post().to(phased_charge::<DB>),
+            );
+        },
+        || {
+            let handler = by_database::<DB, _>(
+                || axum::routing::post(on_postgres::phased_charge),
+                || axum::routing::post(on_sqlite::phased_charge),
+            );
+            axum::Router::new().route("/test/phased-charge", handler)
+        },
+    )
+    .await;
+    let request = |key| support::post("/test/phased-charge", ALICE, key, "{}");
+    for key in ["charge-a", "charge-b", "charge-c"] {
+        let failed = app.call(request(key).insert_header(("x-fail", "1"))).await;
+        assert_eq!(failed.status, 503, "{failed:?}");
+    }
+    let sealed = phase_output(&env, "charge-a").await;
+    assert!(!sealed.contains(CHARGE), "the output is sealed: {sealed}");
+    assert!(sealed.starts_with("\"\\u0000idem-sealed1:"), "{sealed}");
+    assert_eq!(env.orders().await, 3, "each key's phase ran once");
+
+    let resumed = app.call(request("charge-a")).await;
+    assert_eq!(resumed.status, 201, "{resumed:?}");
+    assert_eq!(&resumed.body[..], CHARGE.as_bytes(), "the output opened");
+    assert_eq!(env.orders().await, 3, "the phase was not run again");
+
+    // charge-a's sealed output in charge-b's row; charge-c's in clear.
+    let literal = sealed.replace('\'', "''");
+    DB::texts(
+        &env.pool,
+        &format!(
+            "UPDATE idem_phases SET output = '{literal}' WHERE idem_key = 'charge-b' \
+             RETURNING idem_key"
+        ),
+    )
+    .await;
+    DB::texts(
+        &env.pool,
+        &format!(
+            "UPDATE idem_phases SET output = '\"{CHARGE}\"' WHERE idem_key = 'charge-c' \
+             RETURNING idem_key"
+        ),
+    )
+    .await;
+    for key in ["charge-b", "charge-c"] {
+        let refused = app.call(request(key)).await;
+        assert_eq!(refused.status, 500, "{key}: {refused:?}");
+        assert_ne!(&refused.body[..], CHARGE.as_bytes());
+    }
+    assert_eq!(env.orders().await, 3, "no phase ran again");
+}
+
 /// A phased handler that commits a step, then answers 503: its key stays in progress,
 /// with its lease free, for an operator to resolve.
 #[idem::idempotent(scope = account, lease = "1s")]
@@ -474,6 +604,7 @@ support::backend_tests!(
     an_earlier_lifes_response_does_not_open_in_a_later_life,
     the_phased_form_stores_ciphertext_sealed_to_the_keys_life,
     an_operator_resolution_is_sealed_and_replays,
+    phase_outputs_are_sealed_and_resume_in_clear,
 );
 
 support::both_frameworks!(

@@ -47,7 +47,11 @@ use std::time::SystemTime;
 use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
 use crate::protocol::SEALED_MARKER as MARKER;
+use crate::protocol::SEALED_OUTPUT;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::problem::{Problem, ProblemKind};
 use crate::store::{ClaimRequest, ExistingKey};
@@ -271,6 +275,54 @@ pub(crate) fn seal<'a>(
         keyring.seal(&headers, &aad("headers")),
         Cow::Owned(keyring.seal(body, &aad("body"))),
     )
+}
+
+/// A phase's output as it is to be recorded: sealed to its key row's life and the
+/// phase's name when the keyring holds a key (so it opens nowhere else, not as another
+/// phase's nor as a response), as it is otherwise.
+pub(crate) fn seal_output(keyring: &Slot, row: &Row<'_>, phase: &str, json: String) -> String {
+    let Some(keyring) = keyring else {
+        return json;
+    };
+    let sealed = keyring.seal(json.as_bytes(), &associated_data(row, &phase_field(phase)));
+    let mut out = String::with_capacity(SEALED_OUTPUT.len() + sealed.len() * 4 / 3 + 4);
+    out.push_str(SEALED_OUTPUT);
+    BASE64.encode_string(&sealed, &mut out);
+    out.push('"');
+    out
+}
+
+/// A recorded phase output in clear, or why it cannot be trusted: it does not open, or
+/// it is in clear although the keyring seals every output (and allows none in clear).
+pub(crate) fn open_output<'a>(
+    keyring: &Slot,
+    row: &Row<'_>,
+    phase: &str,
+    stored: &'a str,
+) -> Result<Cow<'a, str>, String> {
+    let Some(encoded) = stored
+        .strip_prefix(SEALED_OUTPUT)
+        .and_then(|rest| rest.strip_suffix('"'))
+    else {
+        return match keyring {
+            Some(keyring) if !keyring.plaintext_allowed() => Err("not sealed".to_owned()),
+            _ => Ok(Cow::Borrowed(stored)),
+        };
+    };
+    let Some(keyring) = keyring else {
+        return Err("sealed, and idem has no keyring (Idem::encrypt_with)".to_owned());
+    };
+    let sealed = BASE64
+        .decode(encoded)
+        .map_err(|_| "altered or corrupted".to_owned())?;
+    let clear = keyring.open(&sealed, &associated_data(row, &phase_field(phase)))?;
+    String::from_utf8(clear)
+        .map(Cow::Owned)
+        .map_err(|_| "altered or corrupted".to_owned())
+}
+
+fn phase_field(phase: &str) -> String {
+    format!("phase {phase}")
 }
 
 /// The stored response of `existing` in clear, or the 500 that a value which does not

@@ -12,6 +12,11 @@ pub(crate) mod config;
 /// sealed by another build of the application.
 pub(crate) const SEALED_MARKER: &[u8; 6] = b"\xffidem1";
 
+/// How a sealed phase output begins as stored: a JSON string (the column holds JSON)
+/// whose text begins with NUL, which no output serialized before encryption was turned
+/// on is likely to, then the sealed value in base64 and the closing quote.
+pub(crate) const SEALED_OUTPUT: &str = "\"\\u0000idem-sealed1:";
+
 #[cfg(feature = "encryption")]
 pub mod encryption;
 #[cfg(not(feature = "encryption"))]

@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use crate::protocol::config::Idem;
+use crate::protocol::encryption;
 use crate::protocol::tx::Tx;
 use crate::store::choice::DefaultBackend;
 use crate::store::{AttemptRef, AttemptRow, Backend, PhaseRecord};
@@ -133,6 +134,16 @@ impl Attempt {
         }
     }
 
+    /// What the attempt's phase outputs are sealed to: its key row in its life.
+    fn row(&self) -> encryption::Row<'_> {
+        encryption::Row {
+            scope: &self.scope,
+            key: &self.key,
+            generation: self.generation,
+            status: 0,
+        }
+    }
+
     pub(super) fn ended(&self) -> Option<PhaseErrorKind> {
         *self.ended.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -212,7 +223,16 @@ impl<DB: Backend> Phases<DB> {
                 phase = name,
                 "phase committed by an earlier attempt; not run"
             );
-            return Ok(decode_output(name, output));
+            let output =
+                encryption::open_output(self.idem.keyring(), &self.attempt.row(), name, output)
+                    .unwrap_or_else(|reason| {
+                        // As an output that does not decode: the attempt fails with a 500 and
+                        // keeps its committed phases, and nothing is run twice.
+                        panic!(
+                            "idem: the recorded output of phase `{name}` cannot be read: {reason}"
+                        )
+                    });
+            return Ok(decode_output(name, &output));
         }
         self.run_new(name, phase)
             .instrument(tracing::debug_span!("phase", name))
@@ -242,6 +262,7 @@ impl<DB: Backend> Phases<DB> {
                 std::any::type_name::<T>()
             )
         });
+        let json = encryption::seal_output(self.idem.keyring(), &attempt.row(), name, json);
         let ended = match DB::record_phase(&mut txn, &attempt.fenced(), name, &json).await {
             Ok(PhaseRecord::Recorded) => match txn.commit().await {
                 Ok(()) => return Ok(output),
