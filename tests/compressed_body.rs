@@ -241,6 +241,41 @@ async fn a_stream_that_does_not_decode_is_400_before_the_claim<DB: TestBackend>(
         .assert_created();
 }
 
+/// A brotli body whose stream declares a 16 MiB window, the most brotli allows, on an
+/// endpoint whose limit needs far less: refused with 400 before anything is decoded (the
+/// decoder would allocate the window first), and the key stays free. The same order with
+/// the encoder's default window (4 MiB) is created.
+async fn a_brotli_window_past_what_the_limit_needs_is_400_before_the_claim<DB: TestBackend>() {
+    let env = Env::<DB>::open().await;
+    let app = support::service(&env.idem()).await;
+    let plain = order_json("tea", 1, 100);
+    let brotli = |lgwin| {
+        let mut out = Vec::new();
+        {
+            let mut encoder = brotli::CompressorWriter::new(&mut out, 4096, 5, lgwin);
+            encoder.write_all(plain.as_bytes()).unwrap();
+        }
+        out
+    };
+    let send = |body: Vec<u8>| {
+        TestRequest::post()
+            .uri("/orders")
+            .insert_header(("x-account-id", ALICE.to_string()))
+            .insert_header(("idempotency-key", "wide-window"))
+            .insert_header(("content-type", "application/json"))
+            .insert_header(("content-encoding", "br"))
+            .set_payload(body)
+    };
+    let problem = app
+        .call(send(brotli(24)))
+        .await
+        .assert_idem_problem(400, "request-body-encoding-invalid");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("window of 16777200 bytes"), "{detail}");
+    assert_eq!((env.keys().await, env.orders().await), (0, 0));
+    app.call(send(brotli(22))).await.assert_created();
+}
+
 async fn the_limit_applies_to_the_decoded_size<DB: TestBackend>() {
     let env = Env::<DB>::open().await;
     let app = support::service(&env.idem()).await;
@@ -330,4 +365,5 @@ support::backend_tests!(
     over_http_a_compressed_order_and_the_plain_one_are_one_order,
     extractors_see_the_body_decoded_exactly_once,
     a_stream_that_does_not_decode_is_400_before_the_claim,
+    a_brotli_window_past_what_the_limit_needs_is_400_before_the_claim,
 );

@@ -72,6 +72,7 @@ pub async fn prepare<DB: Backend>(
     };
     let content = limit
         .content(req.headers(), &body)
+        .await
         .map_err(problem_response)?;
     super::webhook::keep_raw_body(&req, &body);
     Ok(Prepared {

@@ -87,6 +87,7 @@ pub async fn prepare<DB: Backend>(
     };
     let content = limit
         .content(&head.headers, &body)
+        .await
         .map_err(problem_response)?;
     Ok(Prepared {
         idem,
