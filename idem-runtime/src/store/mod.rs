@@ -461,11 +461,14 @@ pub(crate) trait TestingStore: sqlx::Database {
 
     /// Ends the lease of the attempt holding `key`, as if it ran out; returns the rows
     /// changed.
-    fn test_end_lease(pool: &Pool<Self>, key: &str)
-    -> impl Future<Output = Result<u64, sqlx::Error>>;
+    fn test_end_lease(
+        pool: &Pool<Self>,
+        key: &str,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>>;
 
     /// Moves `key`'s retention and lease into the past; returns the rows changed.
-    fn test_age_key(pool: &Pool<Self>, key: &str) -> impl Future<Output = Result<u64, sqlx::Error>>;
+    fn test_age_key(pool: &Pool<Self>, key: &str)
+    -> impl Future<Output = Result<u64, sqlx::Error>>;
 
     /// Whether the index the expiry sweep finds due rows by (`idem_keys_expires_at`)
     /// exists.

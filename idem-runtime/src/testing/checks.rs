@@ -119,7 +119,10 @@ fn replay_differences(
         ));
     }
     for name in REPLAYED_BY_DEFAULT.iter().chain(extra_headers) {
-        let (was, is) = (values(first.headers(), name), values(replay.headers(), name));
+        let (was, is) = (
+            values(first.headers(), name),
+            values(replay.headers(), name),
+        );
         if was != is {
             differences.push(format!("{name}: {} instead of {}", shown(&is), shown(&was)));
         }
@@ -297,7 +300,11 @@ impl Endpoint {
         if change.is_some_and(|change| change != 0) {
             differences.push(format!("{} on the replay", effect_text(change)));
         }
-        let seen = format!("first [{}], replay [{}]", describe(&first), describe(&replay));
+        let seen = format!(
+            "first [{}], replay [{}]",
+            describe(&first),
+            describe(&replay)
+        );
         if !differences.is_empty() {
             return Err(self.failed(
                 CHECK,
@@ -682,7 +689,11 @@ impl Endpoint {
         let seen = format!(
             "the sweep deleted {} row(s); the key {}; idem_keys_expires_at {}",
             report.rows_deleted,
-            if left.is_some() { "is still there" } else { "is gone" },
+            if left.is_some() {
+                "is still there"
+            } else {
+                "is gone"
+            },
             if index { "exists" } else { "is missing" }
         );
         if left.is_some() || !index {

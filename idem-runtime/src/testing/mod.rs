@@ -413,7 +413,10 @@ impl Endpoint {
     /// # let _ = endpoint;
     /// ```
     pub fn parallel(mut self, copies: usize) -> Self {
-        assert!(copies >= 2, "idem::testing: parallel needs at least 2 copies");
+        assert!(
+            copies >= 2,
+            "idem::testing: parallel needs at least 2 copies"
+        );
         self.parallel = copies;
         self
     }
@@ -559,10 +562,12 @@ impl TestRequest {
     pub fn into_http(self) -> http::Request<Bytes> {
         let mut request = http::Request::new(self.body);
         *request.method_mut() = self.method;
-        *request.uri_mut() = self
-            .uri
-            .parse()
-            .unwrap_or_else(|error| panic!("idem::testing: `{}` is no request target: {error}", self.uri));
+        *request.uri_mut() = self.uri.parse().unwrap_or_else(|error| {
+            panic!(
+                "idem::testing: `{}` is no request target: {error}",
+                self.uri
+            )
+        });
         *request.headers_mut() = self.headers;
         request
     }

@@ -50,7 +50,11 @@ impl Passed {
 
 impl fmt::Display for Passed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} passed for {}: {}", self.check, self.endpoint, self.seen)
+        write!(
+            f,
+            "{} passed for {}: {}",
+            self.check, self.endpoint, self.seen
+        )
     }
 }
 

@@ -114,8 +114,9 @@ impl Target<AxumRouter> for ::axum::Router {
         let mut router = self.clone();
         Box::pin(async move {
             let request = request.map(::axum::body::Body::from);
-            let ready =
-                futures_util::future::poll_fn(|cx| Service::<::axum::extract::Request>::poll_ready(&mut router, cx));
+            let ready = futures_util::future::poll_fn(|cx| {
+                Service::<::axum::extract::Request>::poll_ready(&mut router, cx)
+            });
             let Ok(()) = ready.await;
             let Ok(response) = router.call(request).await;
             let (parts, body) = response.into_parts();
