@@ -537,7 +537,7 @@ async fn a_provider_key_made_up_per_attempt_fails_crash_resume<DB: TestBackend>(
     on_app!(DB, &env, &provider, |app| endpoint.concurrency(&app).await).unwrap();
 }
 
-async fn an_unannotated_route_fails_concurrency_and_missing_key<DB: TestBackend>() {
+async fn an_unannotated_route_fails_concurrency_missing_key_mismatch_and_expiry<DB: TestBackend>() {
     let env = Env::<DB>::open().await;
     let provider = Arc::default();
     let endpoint = order_endpoint(&env, "/test/unannotated").parallel(5);
@@ -553,6 +553,14 @@ async fn an_unannotated_route_fails_concurrency_and_missing_key<DB: TestBackend>
         "missing_key",
         &["400 with type", "201", "effect counter +1"],
     );
+    let failed = on_app!(DB, &env, &provider, |app| endpoint.mismatch(&app).await).unwrap_err();
+    assert_failed(
+        &failed,
+        "mismatch",
+        &["another body: 201", "effect counter +1"],
+    );
+    let failed = on_app!(DB, &env, &provider, |app| endpoint.expiry(&app).await).unwrap_err();
+    assert_failed(&failed, "expiry", &["no key row after a completed request"]);
 }
 
 async fn a_header_missing_from_the_replayed_ones_fails_replay<DB: TestBackend>() {
@@ -570,7 +578,7 @@ support::backend_tests!(
     the_example_orders_pass_every_check,
     a_phased_payment_passes_every_check,
     a_provider_key_made_up_per_attempt_fails_crash_resume,
-    an_unannotated_route_fails_concurrency_and_missing_key,
+    an_unannotated_route_fails_concurrency_missing_key_mismatch_and_expiry,
     a_header_missing_from_the_replayed_ones_fails_replay,
 );
 

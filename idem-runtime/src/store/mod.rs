@@ -10,6 +10,9 @@
 //! - [`MaintenanceStore`]: migrations, the expiry sweep and the operator's views
 //!   (`<db>/maintenance.rs`).
 //!
+//! With the feature `testing`, `TestingStore` adds the verification harness's test-only
+//! reads and writes of the key table, beside the maintenance SQL (`<db>/maintenance.rs`).
+//!
 //! The store imports nothing from the rest of the crate: the records it returns are
 //! defined here (a stored response comes back as `bytes::Bytes`, the type the protocol
 //! replays, read without a copy: `stored_bytes.rs`). A second database is one more folder implementing the four traits.
