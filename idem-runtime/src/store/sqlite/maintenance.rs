@@ -321,18 +321,6 @@ const RESOLVE: &str = concat!(
 
 const WHY_UNRESOLVED: &str = "SELECT state FROM idem_keys WHERE scope = $1 AND idem_key = $2";
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_batch_deletes_by_rowid_with_its_size_as_a_literal() {
-        let sql = Sqlite::batch_statement(250);
-        assert!(sql.contains("LIMIT 250"), "{sql}");
-        assert!(sql.contains("rowid IN"), "{sql}");
-    }
-}
-
 #[cfg(feature = "testing")]
 impl crate::store::TestingStore for Sqlite {
     async fn test_key_row(
@@ -382,5 +370,17 @@ impl crate::store::TestingStore for Sqlite {
         )
         .fetch_one(pool)
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_deletes_by_rowid_with_its_size_as_a_literal() {
+        let sql = Sqlite::batch_statement(250);
+        assert!(sql.contains("LIMIT 250"), "{sql}");
+        assert!(sql.contains("rowid IN"), "{sql}");
     }
 }
