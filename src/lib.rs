@@ -138,6 +138,9 @@ pub use idem_runtime::problem;
 pub use idem_runtime::registry;
 /// The per-endpoint idempotency report (`idem audit --format report`, `registry::report()`).
 pub use idem_runtime::report;
+/// The verification harness for the application's own tests (feature `testing`).
+#[cfg(feature = "testing")]
+pub use idem_runtime::testing;
 pub use idem_runtime::{
     Backend, ChosenBackend, DefaultBackend, Fingerprint, Headers, IDEMPOTENCY_KEY,
     IDEMPOTENT_REPLAYED, Idem, IdempotencyKey, IntoHeaderName, IntoStatusCode, InvalidJson,

@@ -25,6 +25,8 @@ mod protocol;
 pub mod registry;
 pub mod report;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(feature = "encryption")]
 pub use protocol::encryption;

@@ -10,6 +10,9 @@
 //! - [`MaintenanceStore`]: migrations, the expiry sweep and the operator's views
 //!   (`<db>/maintenance.rs`).
 //!
+//! With the feature `testing`, `TestingStore` adds the verification harness's test-only
+//! reads and writes of the key table, beside the maintenance SQL (`<db>/maintenance.rs`).
+//!
 //! The store imports nothing from the rest of the crate: the records it returns are
 //! defined here (a stored response comes back as `bytes::Bytes`, the type the protocol
 //! replays, read without a copy: `stored_bytes.rs`). A second database is one more folder implementing the four traits.
@@ -454,6 +457,45 @@ pub trait MaintenanceStore: sqlx::Database {
         response: &StoredResponse<'_>,
         keep: Duration,
     ) -> impl Future<Output = Result<Resolved, sqlx::Error>> + Send;
+}
+
+/// The test-only calls of `idem::testing` (feature `testing`): a key row found by its
+/// key alone, its lease ended and its times moved into the past, and whether the sweep's
+/// index exists. The harness draws a fresh random key for every check, so the key alone
+/// finds the row without knowing how the application's scope is spelled.
+#[cfg(feature = "testing")]
+pub(crate) trait TestingStore: sqlx::Database {
+    /// The row holding `key`, whatever its scope.
+    fn test_key_row(
+        pool: &Pool<Self>,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<TestKeyRow>, sqlx::Error>>;
+
+    /// Ends the lease of the attempt holding `key`, as if it ran out; returns the rows
+    /// changed.
+    fn test_end_lease(
+        pool: &Pool<Self>,
+        key: &str,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>>;
+
+    /// Moves `key`'s retention and lease into the past; returns the rows changed.
+    fn test_age_key(pool: &Pool<Self>, key: &str)
+    -> impl Future<Output = Result<u64, sqlx::Error>>;
+
+    /// Whether the index the expiry sweep finds due rows by (`idem_keys_expires_at`)
+    /// exists.
+    fn test_expiry_index(pool: &Pool<Self>) -> impl Future<Output = Result<bool, sqlx::Error>>;
+}
+
+/// A key row as the harness reads it.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct TestKeyRow {
+    /// `started` or `completed`.
+    pub(crate) state: String,
+    pub(crate) recovery_point: String,
+    /// Whether an attempt holds a lease that has not run out.
+    pub(crate) leased: bool,
 }
 
 /// A stranded key as both stores select it: scope, key, method, path, recovery point,

@@ -362,6 +362,57 @@ SELECT c.relname::text, pg_relation_size(i.indexrelid)
  ORDER BY c.relname";
 
 /// Reads only the first `$3` bytes of the body: a stored body may be megabytes long.
+#[cfg(feature = "testing")]
+impl crate::store::TestingStore for Postgres {
+    async fn test_key_row(
+        pool: &PgPool,
+        key: &str,
+    ) -> sqlx::Result<Option<crate::store::TestKeyRow>> {
+        sqlx::query_as(
+            "SELECT state, recovery_point, \
+             coalesce(locked_until > clock_timestamp(), false) AS leased \
+             FROM idem_keys WHERE idem_key = $1",
+        )
+        .bind(key)
+        .fetch_optional(pool)
+        .await
+    }
+
+    async fn test_end_lease(pool: &PgPool, key: &str) -> sqlx::Result<u64> {
+        let done = sqlx::query(
+            "UPDATE idem_keys SET locked_until = clock_timestamp() - interval '1 second' \
+             WHERE idem_key = $1 AND locked_until IS NOT NULL",
+        )
+        .bind(key)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn test_age_key(pool: &PgPool, key: &str) -> sqlx::Result<u64> {
+        let done = sqlx::query(
+            "UPDATE idem_keys SET expires_at = now() - interval '1 second', \
+             locked_until = CASE WHEN locked_until IS NULL THEN NULL \
+             ELSE now() - interval '1 second' END \
+             WHERE idem_key = $1",
+        )
+        .bind(key)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn test_expiry_index(pool: &PgPool) -> sqlx::Result<bool> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_indexes \
+             WHERE tablename = 'idem_keys' AND indexname = 'idem_keys_expires_at' \
+             AND schemaname = current_schema())",
+        )
+        .fetch_one(pool)
+        .await
+    }
+}
+
 const INSPECT: &str = concat!(
     "SELECT state, recovery_point, request_hash, method, path, ",
     micros!("created_at"),

@@ -321,6 +321,58 @@ const RESOLVE: &str = concat!(
 
 const WHY_UNRESOLVED: &str = "SELECT state FROM idem_keys WHERE scope = $1 AND idem_key = $2";
 
+#[cfg(feature = "testing")]
+impl crate::store::TestingStore for Sqlite {
+    async fn test_key_row(
+        pool: &SqlitePool,
+        key: &str,
+    ) -> sqlx::Result<Option<crate::store::TestKeyRow>> {
+        sqlx::query_as(concat!(
+            "SELECT state, recovery_point, coalesce(locked_until > ",
+            now!(),
+            ", 0) AS leased FROM idem_keys WHERE idem_key = $1"
+        ))
+        .bind(key)
+        .fetch_optional(pool)
+        .await
+    }
+
+    async fn test_end_lease(pool: &SqlitePool, key: &str) -> sqlx::Result<u64> {
+        let done = sqlx::query(concat!(
+            "UPDATE idem_keys SET locked_until = ",
+            now!(),
+            " - 1000000 WHERE idem_key = $1 AND locked_until IS NOT NULL"
+        ))
+        .bind(key)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn test_age_key(pool: &SqlitePool, key: &str) -> sqlx::Result<u64> {
+        let done = sqlx::query(concat!(
+            "UPDATE idem_keys SET expires_at = ",
+            now!(),
+            " - 1000000, locked_until = CASE WHEN locked_until IS NULL THEN NULL ELSE ",
+            now!(),
+            " - 1000000 END WHERE idem_key = $1"
+        ))
+        .bind(key)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn test_expiry_index(pool: &SqlitePool) -> sqlx::Result<bool> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' \
+             AND tbl_name = 'idem_keys' AND name = 'idem_keys_expires_at')",
+        )
+        .fetch_one(pool)
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
