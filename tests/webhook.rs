@@ -751,6 +751,74 @@ where
     assert_eq!(env.keys().await, 0, "nothing was stored");
 }
 
+/// The example's receiver passes every check of `idem::testing` that applies to it, each
+/// delivery signed as the provider signs (the harness draws a fresh event id per check).
+async fn the_example_receiver_passes_the_harness<DB>()
+where
+    DB: Receiving,
+{
+    let env = Env::<DB>::open().await;
+    let idem = env.idem();
+    let pool = env.pool.clone();
+    let endpoint = idem::testing::Endpoint::post(webhooks::PATH)
+        .key_header("webhook-id")
+        .body("application/json", event("evt_h", "ch_h", 900))
+        .mismatch_body(event("evt_h", "ch_h", 901))
+        .effect(move || {
+            let pool = pool.clone();
+            Box::pin(async move { DB::scalar(&pool, "SELECT count(*) FROM charge_events").await })
+        })
+        // The example's test hook: 500 after the event is recorded.
+        .fail_request(|request| request.query("fail=500"))
+        // As the provider sends it: the body names the event's id too (the receiver
+        // refuses a body whose id is not the webhook-id), and the whole is signed.
+        .sign(|request| {
+            let Some(id) = request.headers().get("webhook-id").cloned() else {
+                return request; // the missing-key check's request
+            };
+            let id = id.to_str().expect("the harness's key is text").to_owned();
+            let mut event: serde_json::Value =
+                serde_json::from_slice(request.payload()).expect("a JSON event");
+            event["id"] = json!(id);
+            let body = event.to_string();
+            let timestamp = now();
+            let signature = signer().sign(&id, timestamp, body.as_bytes());
+            request
+                .body(body)
+                .header("webhook-timestamp", &timestamp.to_string())
+                .header("webhook-signature", &signature)
+        })
+        .store(&env.pool);
+    let passed = match support::Framework::current() {
+        support::Framework::Actix => {
+            let app = actix_web::test::init_service(
+                actix_web::App::new()
+                    .configure(|cfg| support::app::configure(cfg, &idem))
+                    .configure(|cfg| webhooks::configure::<DB>(cfg, signer())),
+            )
+            .await;
+            endpoint.all(&app).await
+        }
+        support::Framework::Axum => {
+            let app = DB::axum_router(&idem)
+                .merge(axum_webhooks::router::<DB>(signer()))
+                .layer(axum::Extension(idem.clone()));
+            endpoint.all(&app).await
+        }
+    }
+    .unwrap();
+    for check in [
+        "concurrency",
+        "replay",
+        "missing_key",
+        "mismatch",
+        "transient_failure",
+        "expiry",
+    ] {
+        assert!(passed.seen().contains(check), "{check}: {passed}");
+    }
+}
+
 /// The example's document describes the receiver as it answers: the event id from the
 /// `webhook-id` header (required), no `Idempotency-Key`, idem's policy with that header,
 /// and idem's problems for a missing or invalid id.
@@ -802,6 +870,7 @@ support::backend_tests!(
     a_tenant_named_like_the_sender_cannot_take_its_event_ids,
     an_event_stored_before_the_namespace_is_not_processed_again,
     a_signed_webhook_keyed_by_an_unsigned_header_is_refused,
+    the_example_receiver_passes_the_harness,
 );
 support::actix_only_tests!(a_gzip_delivery_verifies_over_its_raw_bytes_on_both_paths);
 support::both_frameworks!(

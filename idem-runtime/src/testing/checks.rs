@@ -148,7 +148,15 @@ impl Endpoint {
     }
 
     fn keyed(&self, key: &str) -> TestRequest {
-        self.request.clone().header(IDEMPOTENCY_KEY.as_str(), key)
+        self.request.clone().header(self.key_header.as_str(), key)
+    }
+
+    /// `request` as sent: signed last, when the endpoint signs its requests.
+    fn out(&self, request: TestRequest) -> http::Request<Bytes> {
+        match &self.sign {
+            Some(sign) => sign(request).into_http(),
+            None => request.into_http(),
+        }
     }
 
     async fn count(&self) -> Option<i64> {
@@ -191,7 +199,7 @@ impl Endpoint {
         app: &impl Target<M>,
         key: &str,
     ) -> Result<Response, Failed> {
-        let first = app.send(self.keyed(key).into_http()).await;
+        let first = app.send(self.out(self.keyed(key))).await;
         if executed(&first) {
             Ok(first)
         } else {
@@ -219,7 +227,7 @@ impl Endpoint {
         const CHECK: &str = "concurrency";
         let key = fresh_key(CHECK);
         let before = self.count().await;
-        let sends = (0..self.parallel).map(|_| app.send(self.keyed(&key).into_http()));
+        let sends = (0..self.parallel).map(|_| app.send(self.out(self.keyed(&key))));
         let answers = join_all(sends).await;
         let change = delta(before, self.count().await);
 
@@ -293,7 +301,7 @@ impl Endpoint {
         let key = fresh_key(CHECK);
         let first = self.complete(CHECK, app, &key).await?;
         let before = self.count().await;
-        let replay = app.send(self.keyed(&key).into_http()).await;
+        let replay = app.send(self.out(self.keyed(&key))).await;
         let change = delta(before, self.count().await);
 
         let mut differences = replay_differences(&first, &replay, &self.replay_headers);
@@ -350,7 +358,7 @@ impl Endpoint {
             sent.push(("another route", self.keyed(&key).uri(route)));
         }
         for (what, request) in sent {
-            let answer = app.send(request.into_http()).await;
+            let answer = app.send(self.out(request)).await;
             let problem = problem_type(&answer);
             wrong |= answer.status() != StatusCode::UNPROCESSABLE_ENTITY
                 || problem.as_deref() != Some(reused.as_str());
@@ -373,7 +381,8 @@ impl Endpoint {
     }
 
     /// **missing key**: the request without an `Idempotency-Key` answers 400
-    /// `idempotency-key-missing` and runs nothing.
+    /// `idempotency-key-missing` and runs nothing; without the [key
+    /// header](Self::key_header) of a webhook receiver, 400 `event-id-missing`.
     ///
     /// ```no_run
     /// # async fn check<M>(endpoint: idem_runtime::testing::Endpoint, app: impl idem_runtime::testing::Target<M>) {
@@ -383,10 +392,14 @@ impl Endpoint {
     pub async fn missing_key<M>(&self, app: &impl Target<M>) -> Result<Passed, Failed> {
         const CHECK: &str = "missing_key";
         let before = self.count().await;
-        let request = self.request.clone().remove_header(IDEMPOTENCY_KEY.as_str());
-        let answer = app.send(request.into_http()).await;
+        let request = self.request.clone().remove_header(self.key_header.as_str());
+        let answer = app.send(self.out(request)).await;
         let change = delta(before, self.count().await);
-        let missing = ProblemKind::KeyMissing.type_uri();
+        let missing = if self.key_header == IDEMPOTENCY_KEY {
+            ProblemKind::KeyMissing.type_uri()
+        } else {
+            ProblemKind::EventIdMissing.type_uri()
+        };
         let seen = format!("{}; {}", describe(&answer), effect_text(change));
         if answer.status() != StatusCode::BAD_REQUEST
             || problem_type(&answer).as_deref() != Some(missing.as_str())
@@ -425,7 +438,7 @@ impl Endpoint {
         let store = self.key_store(CHECK)?;
         let key = fresh_key(CHECK);
         let before = self.count().await;
-        let failure = app.send(hook(self.keyed(&key)).into_http()).await;
+        let failure = app.send(self.out(hook(self.keyed(&key)))).await;
         let change = delta(before, self.count().await);
         if !transient(failure.status()) || replayed(&failure) {
             return Err(self.failed(
@@ -490,13 +503,13 @@ impl Endpoint {
         if wrong {
             return Err(self.failed(CHECK, expected, seen.join("; ")));
         }
-        let retry = app.send(self.keyed(&key).into_http()).await;
+        let retry = app.send(self.out(self.keyed(&key))).await;
         let change = delta(before, self.count().await);
         seen.push(format!("retry: {}", describe(&retry)));
         if !executed(&retry) {
             return Err(self.failed(CHECK, expected, seen.join("; ")));
         }
-        let replay = app.send(self.keyed(&key).into_http()).await;
+        let replay = app.send(self.out(self.keyed(&key))).await;
         let differences = replay_differences(&retry, &replay, &self.replay_headers);
         seen.push(format!("{} in all", effect_text(change)));
         if change.is_some_and(|change| change != 1) || !differences.is_empty() {
@@ -535,7 +548,7 @@ impl Endpoint {
 
         let crashed = Rc::new(Cell::new(false));
         let answered = {
-            let request = hook(self.keyed(&key)).into_http();
+            let request = self.out(hook(self.keyed(&key)));
             let mut call = pin!(CRASHED.scope(Rc::clone(&crashed), app.send(request)));
             poll_fn(|cx| match call.as_mut().poll(cx) {
                 Poll::Ready(answer) => Poll::Ready(Some(answer)),
@@ -587,7 +600,7 @@ impl Endpoint {
         let keys_crashed = self.provider_keys().await;
         let mut took_over = None;
         if leased {
-            let held = app.send(self.keyed(&key).into_http()).await;
+            let held = app.send(self.out(self.keyed(&key))).await;
             seen.push(format!("retry while leased: {}", describe(&held)));
             if in_progress(&held) {
                 let ended = store
@@ -608,13 +621,13 @@ impl Endpoint {
         }
         let retry = match took_over {
             Some(retry) => retry,
-            None => app.send(self.keyed(&key).into_http()).await,
+            None => app.send(self.out(self.keyed(&key))).await,
         };
         seen.push(format!("retry: {}", describe(&retry)));
         if !executed(&retry) {
             return Err(self.failed(CHECK, &expected, seen.join("; ")));
         }
-        let replay = app.send(self.keyed(&key).into_http()).await;
+        let replay = app.send(self.out(self.keyed(&key))).await;
         let differences = replay_differences(&retry, &replay, &self.replay_headers);
         wrong |= !differences.is_empty();
         seen.extend(differences);

@@ -121,6 +121,8 @@ pub struct Endpoint {
     store: Option<KeyStore>,
     parallel: usize,
     replay_headers: Vec<HeaderName>,
+    key_header: HeaderName,
+    sign: Option<Hook>,
 }
 
 impl fmt::Debug for Endpoint {
@@ -164,6 +166,8 @@ impl Endpoint {
             store: None,
             parallel: DEFAULT_PARALLEL,
             replay_headers: Vec::new(),
+            key_header: crate::protocol::headers::IDEMPOTENCY_KEY,
+            sign: None,
         }
     }
 
@@ -437,6 +441,41 @@ impl Endpoint {
         self.replay_headers.push(header_name(name));
         self
     }
+
+    /// The header the endpoint takes its key from, for a webhook receiver keyed by
+    /// `key = header("webhook-id")`; `Idempotency-Key` by default. The missing-key check
+    /// then expects 400 `event-id-missing`.
+    ///
+    /// # Panics
+    /// If `name` is not a valid header name.
+    ///
+    /// ```
+    /// let endpoint = idem_runtime::testing::Endpoint::post("/webhooks/provider").key_header("webhook-id");
+    /// # let _ = endpoint;
+    /// ```
+    pub fn key_header(mut self, name: &str) -> Self {
+        self.key_header = header_name(name);
+        self
+    }
+
+    /// Applied last to every request the harness sends, once its key and body are set: a
+    /// webhook receiver's test signs each delivery here, as its sender would (the key
+    /// changes from check to check, and the signature covers it).
+    ///
+    /// ```
+    /// let endpoint = idem_runtime::testing::Endpoint::post("/webhooks/provider")
+    ///     .key_header("webhook-id")
+    ///     .sign(|request| {
+    ///         let id = request.headers().get("webhook-id").cloned();
+    ///         let signature = format!("v1,{}-{}", id.is_some(), request.payload().len());
+    ///         request.header("webhook-signature", &signature)
+    ///     });
+    /// # let _ = endpoint;
+    /// ```
+    pub fn sign(mut self, hook: impl Fn(TestRequest) -> TestRequest + 'static) -> Self {
+        self.sign = Some(Rc::new(hook));
+        self
+    }
 }
 
 /// A request as the harness sends it, handed to the failure and crash hooks to change.
@@ -536,6 +575,17 @@ impl TestRequest {
     pub fn body(mut self, body: impl Into<Bytes>) -> Self {
         self.body = body.into();
         self
+    }
+
+    /// The body as it will be sent.
+    ///
+    /// ```
+    /// # fn f(request: &idem_runtime::testing::TestRequest) -> usize {
+    /// request.payload().len()
+    /// # }
+    /// ```
+    pub fn payload(&self) -> &[u8] {
+        &self.body
     }
 
     /// The headers as they are now.
