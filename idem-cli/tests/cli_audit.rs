@@ -336,6 +336,17 @@ fn the_examples_idempotent_routes_are_found_idempotent() {
             ),
             "{example}: {report}"
         );
+        // The example is part of the root crate, whose tests run the harness on it.
+        let orders = report
+            .split("\n\n")
+            .find(|section| section.starts_with("## Idempotency for POST /orders\n"))
+            .unwrap_or_else(|| panic!("{example}: {report}"));
+        assert!(
+            orders.contains(
+                "- Tests: concurrency, replay, mismatch, missing key, transient failure, expiry"
+            ),
+            "{example}: {orders}"
+        );
     }
 }
 

@@ -428,7 +428,8 @@ fn endpoint_report(row: &Row) -> EndpointReport {
 ///
 /// A folder with a `Cargo.toml` is a crate or a workspace: the `src/` and `examples/` of
 /// it and of every crate below it (not under `target/`, `tests/` or hidden folders). Any
-/// other folder is read whole. Files that `#[path = ".."] mod m;` declarations reach are
+/// other folder is read whole, and its tests are those of its own `tests/` and of the
+/// crate it is part of. Files that `#[path = ".."] mod m;` declarations reach are
 /// read too, wherever they are.
 fn discover(path: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut files = BTreeSet::new();
@@ -451,6 +452,22 @@ fn discover(path: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         files.extend(rust_files(path));
         if path.join("tests").is_dir() {
             tests.push(path.join("tests"));
+        }
+        // A folder of a crate's sources (an example, a module) is tested by that crate's
+        // `tests/`: the nearest folder above with a `Cargo.toml`.
+        let package = std::path::absolute(path).ok().and_then(|at| {
+            at.ancestors()
+                .skip(1)
+                .find(|dir| dir.join("Cargo.toml").is_file())
+                .map(Path::to_path_buf)
+        });
+        if let Some(package) = package
+            && package.join("tests").is_dir()
+            && !tests
+                .iter()
+                .any(|dir| normalize(dir) == normalize(&package.join("tests")))
+        {
+            tests.push(package.join("tests"));
         }
     }
     let mut queue: Vec<PathBuf> = files.iter().cloned().collect();
