@@ -134,6 +134,9 @@ pub use idem_runtime::outbox;
 pub use idem_runtime::phased;
 /// The problem responses idem answers with.
 pub use idem_runtime::problem;
+/// The phased form's key store on Redis or Valkey, for effects outside the database.
+#[cfg(feature = "redis")]
+pub use idem_runtime::redis;
 /// Every endpoint the running service knows, idempotent or exempt, and their report.
 pub use idem_runtime::registry;
 /// The per-endpoint idempotency report (`idem audit --format report`, `registry::report()`).
