@@ -204,13 +204,12 @@ async fn run(server: &Server, key: &str, steps: &[Step]) {
                 if let Model::Started {
                     phases, lease_live, ..
                 } = &mut model
+                    && done
                 {
-                    if done {
-                        *lease_live = true;
-                        match phases.iter_mut().find(|p| p.0 == name) {
-                            Some(p) => p.1 = output,
-                            None => phases.push((name, output)),
-                        }
+                    *lease_live = true;
+                    match phases.iter_mut().find(|p| p.0 == name) {
+                        Some(p) => p.1 = output,
+                        None => phases.push((name, output)),
                     }
                 }
             }
