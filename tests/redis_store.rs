@@ -352,6 +352,34 @@ async fn an_unreachable_redis_is_an_error_saying_so() {
     assert!(err.is_unavailable(), "{err:?}");
 }
 
+#[tokio::test]
+async fn waiting_for_replicas_reports_how_many_acknowledged() {
+    let server = Server::start().await;
+    let attempt = claimed(&server.store, &request("k10", 1, LEASE, RETENTION)).await;
+    assert!(
+        server
+            .store
+            .complete(&attempt, 200, b"", b"ok")
+            .await
+            .unwrap()
+    );
+    // A lone server has no replica: none acknowledges, and the wait ends at its timeout.
+    let acked = server
+        .store
+        .wait_for_replicas(1, Duration::from_millis(20))
+        .await
+        .unwrap();
+    assert_eq!(acked, 0);
+    assert_eq!(
+        server
+            .store
+            .wait_for_replicas(0, Duration::from_millis(20))
+            .await
+            .unwrap(),
+        0
+    );
+}
+
 #[test]
 fn the_store_follows_the_model() {
     redis_support::model::explore();

@@ -438,6 +438,26 @@ where
         }
     }
 
+    /// Waits until `replicas` replicas acknowledged every write this store's connection
+    /// sent before (Redis's `WAIT`), or `timeout` passed; returns how many did. Redis
+    /// acknowledges a write before it reaches a replica (or the disk: `appendfsync
+    /// always` on the server for that), so a completion that must survive a failover
+    /// waits here before its answer is sent. On a cluster connection, `WAIT` goes to one
+    /// node chosen by the client, not necessarily the key's: single node only for now.
+    pub async fn wait_for_replicas(
+        &self,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<u32, RedisStoreError> {
+        let mut conn = self.conn.clone();
+        let acked: i64 = ::redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(millis(timeout))
+            .query_async(&mut conn)
+            .await?;
+        Ok(u32::try_from(acked).unwrap_or(0))
+    }
+
     /// Runs a script and reads its tagged reply; a value idem did not write under the
     /// key's record is an error, never an answer.
     async fn run(
