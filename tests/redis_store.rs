@@ -352,6 +352,30 @@ async fn an_unreachable_redis_is_an_error_saying_so() {
     assert!(err.is_unavailable(), "{err:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_twenty_racing_duplicates_one_claims_and_one_takes_over() {
+    let server = Server::start().await;
+    let req = request("k11", 1, Duration::from_millis(50), RETENTION);
+    let claims = futures_util::future::join_all((0..20).map(|_| server.store.claim(&req))).await;
+    let mut winners = 0;
+    for claim in claims {
+        match claim.unwrap() {
+            RedisClaim::Claimed(_) => winners += 1,
+            RedisClaim::InFlight { .. } => {}
+            other => panic!("expected a claim or in flight, got {other:?}"),
+        }
+    }
+    assert_eq!(winners, 1);
+    let seen = lease_ended(&server.store, &req).await;
+    let takeovers =
+        futures_util::future::join_all((0..20).map(|_| server.store.take_over(&req, seen))).await;
+    let taken = takeovers
+        .into_iter()
+        .filter(|t| t.as_ref().unwrap().is_some())
+        .count();
+    assert_eq!(taken, 1);
+}
+
 #[tokio::test]
 async fn waiting_for_replicas_reports_how_many_acknowledged() {
     let server = Server::start().await;
