@@ -334,6 +334,53 @@ async fn a_value_idem_did_not_write_is_a_clear_error() {
 }
 
 #[tokio::test]
+async fn a_server_that_forgot_the_scripts_is_sent_them_again() {
+    let server = Server::start().await;
+    let req = request("k12", 1, LEASE, RETENTION);
+    let attempt = claimed(&server.store, &req).await;
+    let mut raw = server.raw.clone();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        server
+            .store
+            .complete(&attempt, 200, b"", b"ok")
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        server.store.claim(&req).await.unwrap(),
+        RedisClaim::Completed(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_script_that_fails_is_an_error_never_an_answer() {
+    let server = Server::start().await;
+    let mut raw = server.raw.clone();
+    // The key's counter holds a list: its INCR fails inside the claim.
+    let _: () = redis::cmd("RPUSH")
+        .arg(format!("{}:token", server.record("k13")))
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = server
+        .store
+        .claim(&request("k13", 1, LEASE, RETENTION))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RedisStoreError::Redis(_)), "{err:?}");
+    assert!(!err.is_unavailable(), "{err:?}");
+    // Nothing was claimed: a script that fails writes nothing after its error, and this
+    // one failed before its first write.
+    assert_eq!(server.pttl(&server.record("k13")).await, -2);
+}
+
+#[tokio::test]
 async fn an_unreachable_redis_is_an_error_saying_so() {
     let port = idem_testkit::free_port().unwrap();
     let err = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
