@@ -455,3 +455,39 @@ async fn waiting_for_replicas_reports_how_many_acknowledged() {
 fn the_store_follows_the_model() {
     redis_support::model::explore();
 }
+
+#[tokio::test]
+async fn on_a_cluster_every_script_stays_in_its_keys_slot() {
+    let cluster = idem_testkit::RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = RedisStore::connect_cluster(&nodes).await.expect("connect");
+    // Enough keys to land on every master.
+    for i in 0..24 {
+        let key = format!("cluster-{i}");
+        let req = request(&key, 1, Duration::from_millis(50), RETENTION);
+        let RedisClaim::Claimed(first) = store.claim(&req).await.unwrap() else {
+            panic!("{key}: expected a claim");
+        };
+        assert!(store.record_phase(&first, "send", "1").await.unwrap());
+        let seen = until(|| async {
+            match store.claim(&req).await.unwrap() {
+                RedisClaim::LeaseEnded { fencing_token } => Some(fencing_token),
+                _ => None,
+            }
+        })
+        .await;
+        let second = store
+            .take_over(&req, seen)
+            .await
+            .unwrap()
+            .expect("takeover");
+        assert_eq!(second.recorded, [("send".to_owned(), "1".to_owned())]);
+        assert!(!store.complete(&first, 200, b"", b"stale").await.unwrap());
+        assert!(store.complete(&second, 201, b"", b"ok").await.unwrap());
+        match store.claim(&req).await.unwrap() {
+            RedisClaim::Completed(answer) => assert_eq!(&answer.body[..], b"ok"),
+            other => panic!("{key}: expected a replay, got {other:?}"),
+        }
+    }
+}

@@ -38,5 +38,5 @@ mod url;
 pub use cluster::{PgCluster, StopMode};
 pub use database::TestDb;
 pub use ports::free_port;
-pub use redis::RedisServer;
+pub use redis::{RedisCluster, RedisServer};
 pub use sqlite::TestSqlite;
