@@ -258,6 +258,34 @@ async fn a_release_lets_a_retry_run() {
 }
 
 #[tokio::test]
+async fn a_token_is_never_handed_out_again_even_after_the_counter_expired() {
+    let server = Server::start().await;
+    let req = request("k14", 1, LEASE, RETENTION);
+    let stale = claimed(&server.store, &req).await;
+    server.expire_now(&server.record("k14")).await;
+    server
+        .expire_now(&format!("{}:token", server.record("k14")))
+        .await;
+    // The counter starts again from the server's clock, past every earlier token.
+    let fresh = claimed(&server.store, &req).await;
+    assert!(fresh.fencing_token > stale.fencing_token);
+    assert!(
+        !server
+            .store
+            .complete(&stale, 200, b"", b"stale")
+            .await
+            .unwrap()
+    );
+    assert!(
+        server
+            .store
+            .complete(&fresh, 200, b"", b"fresh")
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
 async fn redis_expires_a_completed_key_after_its_retention() {
     let server = Server::start().await;
     let req = request("k7", 1, LEASE, Duration::from_millis(100));
