@@ -72,6 +72,7 @@
 //! | `metrics` | no | `idem::metrics`: requests by outcome, takeovers and statement times, through the `metrics` facade |
 //! | `openapi` | no | `idem::openapi::IdempotencyDocs`: the key header, the policy and idem's problems in a utoipa document |
 //! | `encryption` | no | `idem::encryption::Keyring` and `Idem::encrypt_with`: stored responses encrypted at rest |
+//! | `redis` | no | `idem::redis::RedisStore`: the phased form's keys in Redis 7 or Valkey 8, only for effects that live outside the database (the attribute does not use it yet) |
 //!
 //! Callers written in Rust can use the `idem-client` crate, a reqwest middleware that
 //! sends one key per logical request and retries it safely ([`guide::client`]).
@@ -134,6 +135,9 @@ pub use idem_runtime::outbox;
 pub use idem_runtime::phased;
 /// The problem responses idem answers with.
 pub use idem_runtime::problem;
+/// The phased form's key store on Redis or Valkey, for effects outside the database.
+#[cfg(feature = "redis")]
+pub use idem_runtime::redis;
 /// Every endpoint the running service knows, idempotent or exempt, and their report.
 pub use idem_runtime::registry;
 /// The per-endpoint idempotency report (`idem audit --format report`, `registry::report()`).

@@ -22,6 +22,17 @@ mod maintenance;
 pub mod openapi;
 pub mod outbox;
 mod protocol;
+#[cfg(feature = "redis")]
+pub mod redis {
+    //! The phased form's key store on Redis 7 or Valkey 8, for an endpoint whose effect
+    //! lives only outside the relational database (a provider's e-mail, SMS or charge).
+    //!
+    //! Keys in Redis cannot commit with database writes: an endpoint that writes to a
+    //! database keeps its keys in PostgreSQL or SQLite. See [`RedisStore`].
+    pub use crate::store::redis::{
+        Attempt, RedisClaim, RedisRequest, RedisStore, RedisStoreError, Released, StoredAnswer,
+    };
+}
 pub mod registry;
 pub mod report;
 mod store;

@@ -29,6 +29,8 @@ pub(crate) mod inbox;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod records;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 mod requests;
 mod sealed;
 #[cfg(feature = "sqlite")]
