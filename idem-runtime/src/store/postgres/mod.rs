@@ -97,19 +97,17 @@ pub(super) const MIGRATION_LOCK: i64 = 0x6964_656d_5f6d_6967;
 ///
 /// Every new row draws its generation, so that no two lives of a key share one: the
 /// stored response of one life is sealed to it and does not open in another. It is drawn
-/// in `cfg`, beside the lock timeout: a volatile call in the insert's own `SELECT` keeps
-/// the planner from flattening that `SELECT` into the insert, and the subquery scan left
-/// in the plan was set up anew on every execution (`idem-bench/profile-postgres.sh`:
-/// 6 800 instructions per request). Drawing it there costs no more values: the insert
-/// builds its row, and so drew the value, before its conflict check found a key.
+/// in `cfg`, beside the lock timeout: a volatile call in the insert's own `SELECT` would
+/// keep the planner from flattening that `SELECT` into the insert, leaving a subquery scan
+/// set up on every execution. Drawing it there costs no more values: the insert builds its
+/// row, and so drew the value, before its conflict check found a key.
 ///
 /// The result has three columns: the generation, the existing row's request and response
-/// head as one record (NULL when the insert won), and the body. PostgreSQL builds every
-/// plan node's row description and projection column by column, on every execution and
-/// whichever branch runs; ten columns there cost a first execution 17 000 to 28 000
-/// instructions more and a replay 14 000 more (BENCHMARKS.md, "A second look"). The body
-/// stays a column of its own, so that a replay's body is a share of the row's buffer
-/// (`StoredBytes`); a record's fields are decoded from copies.
+/// head as one record (NULL when the insert won), and the body, because PostgreSQL builds
+/// each plan node's projection column by column on every execution (the cost is measured
+/// in BENCHMARKS.md, "A second look"). The body stays a column of its own, so that a
+/// replay's body is a share of the row's buffer (`StoredBytes`); a record's fields are
+/// decoded from copies.
 pub const CLAIM: &str = concat!(
     "WITH cfg AS MATERIALIZED (",
     claim_lock_timeout!("$7"),
@@ -168,9 +166,8 @@ SELECT set_config('lock_timeout', current_setting('idem.outer_lock_timeout'), tr
 /// transaction, and then no row is updated. The caller tells a row that is gone from a
 /// transaction that ended with `COMPLETE_CHECKED`, which only a handler that ended the
 /// transaction itself ever needs. A first execution so learns everything from the update
-/// count, and its completion has no RETURNING clause: that projection and the result
-/// PostgreSQL holds for it were 13 000 of its instructions per request
-/// (`idem-bench/profile-postgres.sh`, `idem-guarded`).
+/// count, and its completion has no RETURNING clause, whose projection costs a share of
+/// every request (`idem-bench/profile-postgres.sh` measures it; BENCHMARKS.md).
 pub const COMPLETE: &str = "\
 UPDATE idem_keys
    SET state = 'completed', response_status = $3, response_headers = $4,
