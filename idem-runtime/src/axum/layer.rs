@@ -23,7 +23,7 @@ use super::prepare::prepare;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::ProblemKind;
 use crate::protocol::scope::ScopeKey;
-use crate::protocol::tx::{Slot, Tx};
+use crate::protocol::tx::{LentTx, Tx};
 use crate::store::Backend;
 
 /// A tower [`Layer`] that makes the routes under it idempotent on database `DB`, scoped by
@@ -271,7 +271,7 @@ where
         Err(rejection) => return Ok(rejection.into_response()),
     };
     let response = prepared
-        .run_lent(&scope, async move |slot: Slot<DB>| {
+        .run_lent(&scope, async move |slot: LentTx<DB>| {
             let mut req = extraction.into_request();
             req.extensions_mut().insert(slot);
             match inner.call(req).await {
@@ -296,7 +296,7 @@ where
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let Some(slot) = parts.extensions.get::<Slot<DB>>() else {
+        let Some(slot) = parts.extensions.get::<LentTx<DB>>() else {
             tracing::error!(
                 database = <DB as sqlx::Database>::NAME,
                 "the handler takes idem::Tx, and no IdempotencyLayer of this database is in \

@@ -20,7 +20,7 @@ use crate::protocol::framework::Unbuffered;
 use crate::protocol::phased::Phases;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::ProblemKind;
-use crate::protocol::tx::{Slot, Tx};
+use crate::protocol::tx::{LentTx, Tx};
 use crate::protocol::webhook::verify::RawBody;
 use crate::store::Backend;
 
@@ -263,7 +263,7 @@ impl<DB: Backend> Prepared<DB> {
     /// behind the layer) and records its response with its writes.
     pub(crate) async fn run_lent<F>(self, scope: &str, handler: F) -> Response
     where
-        F: AsyncFnOnce(Slot<DB>) -> Response,
+        F: AsyncFnOnce(LentTx<DB>) -> Response,
     {
         self.exchange().run_lent(scope, handler).await
     }

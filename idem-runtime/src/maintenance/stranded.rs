@@ -338,7 +338,7 @@ pub async fn resolve_key_with<DB: Backend>(
 
 async fn resolve<DB: Backend>(
     pool: &Pool<DB>,
-    keyring: &crate::protocol::encryption::Slot,
+    keyring: &crate::protocol::encryption::KeyringSlot,
     scope: &str,
     key: &str,
     resolution: &Resolution,

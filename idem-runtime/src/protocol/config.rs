@@ -69,7 +69,7 @@ pub struct Settings {
     max_stored_bytes: usize,
     replay_headers: Vec<HeaderName>,
     transient_statuses: Vec<StatusCode>,
-    keyring: crate::protocol::encryption::Slot,
+    keyring: crate::protocol::encryption::KeyringSlot,
 }
 
 impl Settings {
@@ -351,7 +351,7 @@ impl<DB: Backend> Idem<DB> {
         &self.settings
     }
 
-    pub(crate) fn keyring(&self) -> &crate::protocol::encryption::Slot {
+    pub(crate) fn keyring(&self) -> &crate::protocol::encryption::KeyringSlot {
         &self.settings.keyring
     }
 

@@ -227,7 +227,7 @@ fn cipher(key: [u8; 32]) -> XChaCha20Poly1305 {
 }
 
 /// Where `Idem` keeps its keyring; empty unless `encrypt_with` was called.
-pub(crate) type Slot = Option<Arc<Keyring>>;
+pub(crate) type KeyringSlot = Option<Arc<Keyring>>;
 
 /// What a stored response is sealed to: its key row, in one life of the key, and its
 /// status.
@@ -242,7 +242,7 @@ pub(crate) struct Row<'a> {
 }
 
 /// Whether `keyring` seals what is stored.
-pub(crate) fn seals(keyring: &Slot) -> bool {
+pub(crate) fn seals(keyring: &KeyringSlot) -> bool {
     keyring.is_some()
 }
 
@@ -262,7 +262,7 @@ fn associated_data(row: &Row<'_>, field: &str) -> Vec<u8> {
 /// The response's headers and body as they are to be stored: sealed when the keyring
 /// holds a key, as they are otherwise.
 pub(crate) fn seal<'a>(
-    keyring: &Slot,
+    keyring: &KeyringSlot,
     row: &Row<'_>,
     headers: Vec<u8>,
     body: &'a [u8],
@@ -280,7 +280,12 @@ pub(crate) fn seal<'a>(
 /// A phase's output as it is to be recorded: sealed to its key row's life and the
 /// phase's name when the keyring holds a key (so it opens nowhere else, not as another
 /// phase's nor as a response), as it is otherwise.
-pub(crate) fn seal_output(keyring: &Slot, row: &Row<'_>, phase: &str, json: String) -> String {
+pub(crate) fn seal_output(
+    keyring: &KeyringSlot,
+    row: &Row<'_>,
+    phase: &str,
+    json: String,
+) -> String {
     let Some(keyring) = keyring else {
         return json;
     };
@@ -295,7 +300,7 @@ pub(crate) fn seal_output(keyring: &Slot, row: &Row<'_>, phase: &str, json: Stri
 /// A recorded phase output in clear, or why it cannot be trusted: it does not open, or
 /// it is in clear although the keyring seals every output (and allows none in clear).
 pub(crate) fn open_output<'a>(
-    keyring: &Slot,
+    keyring: &KeyringSlot,
     row: &Row<'_>,
     phase: &str,
     stored: &'a str,
@@ -328,7 +333,7 @@ fn phase_field(phase: &str) -> String {
 /// The stored response of `existing` in clear, or the 500 that a value which does not
 /// open gets instead of a replay.
 pub(crate) fn open(
-    keyring: &Slot,
+    keyring: &KeyringSlot,
     claim: &ClaimRequest<'_>,
     mut existing: ExistingKey,
 ) -> Result<ExistingKey, (Problem, Outcome)> {

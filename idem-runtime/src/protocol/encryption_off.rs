@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use crate::store::{ClaimRequest, ExistingKey};
 
 /// There is no keyring to keep.
-pub(crate) type Slot = ();
+pub(crate) type KeyringSlot = ();
 
 /// What a stored response would be sealed to.
 #[derive(Debug, Clone, Copy)]
@@ -19,12 +19,12 @@ pub(crate) struct Row<'a> {
 }
 
 /// Nothing is sealed without the feature.
-pub(crate) fn seals((): &Slot) -> bool {
+pub(crate) fn seals((): &KeyringSlot) -> bool {
     false
 }
 
 pub(crate) fn seal<'a>(
-    _: &Slot,
+    _: &KeyringSlot,
     _: &Row<'_>,
     headers: Vec<u8>,
     body: &'a [u8],
@@ -32,13 +32,13 @@ pub(crate) fn seal<'a>(
     (headers, Cow::Borrowed(body))
 }
 
-pub(crate) fn seal_output(_: &Slot, _: &Row<'_>, _: &str, json: String) -> String {
+pub(crate) fn seal_output(_: &KeyringSlot, _: &Row<'_>, _: &str, json: String) -> String {
     json
 }
 
 /// A recorded output in clear; one sealed by a build with the feature cannot be opened.
 pub(crate) fn open_output<'a>(
-    _: &Slot,
+    _: &KeyringSlot,
     _: &Row<'_>,
     _: &str,
     stored: &'a str,
@@ -51,7 +51,7 @@ pub(crate) fn open_output<'a>(
 
 #[allow(clippy::result_large_err, clippy::unnecessary_wraps)]
 pub(crate) fn open(
-    _: &Slot,
+    _: &KeyringSlot,
     _: &ClaimRequest<'_>,
     existing: ExistingKey,
 ) -> Result<

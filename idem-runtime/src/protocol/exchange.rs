@@ -399,7 +399,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         generation: i64,
         head: &W::Head,
         body: &'a [u8],
-    ) -> Sealed<'a> {
+    ) -> SealedResponse<'a> {
         let status = W::head_status(head).as_u16();
         // Room for the usual block (a `Location` and a `Content-Type`) in one allocation,
         // where growing from empty took four.
@@ -416,14 +416,14 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     }
 }
 
-/// A response sealed for the key store; [`Sealed::into_owned`] hands it to the store.
-pub(crate) struct Sealed<'a> {
+/// A response sealed for the key store; [`SealedResponse::into_owned`] hands it to the store.
+pub(crate) struct SealedResponse<'a> {
     status: u16,
     headers: Vec<u8>,
     body: Cow<'a, [u8]>,
 }
 
-impl Sealed<'_> {
+impl SealedResponse<'_> {
     /// The response as the store may keep it beyond the caller's future; `body` is the
     /// answer's own body, shared rather than copied when it is stored in clear.
     pub(crate) fn into_owned(self, body: &Bytes) -> OwnedResponse {
@@ -440,13 +440,13 @@ impl Sealed<'_> {
 
 /// Seals a response's header block and body to the key row's life (`generation`).
 pub(crate) fn seal<'a>(
-    keyring: &crate::protocol::encryption::Slot,
+    keyring: &crate::protocol::encryption::KeyringSlot,
     claim: &ClaimRequest<'_>,
     generation: i64,
     status: u16,
     headers: Vec<u8>,
     body: &'a [u8],
-) -> Sealed<'a> {
+) -> SealedResponse<'a> {
     let row = crate::protocol::encryption::Row {
         scope: claim.scope,
         key: claim.key,
@@ -454,7 +454,7 @@ pub(crate) fn seal<'a>(
         status,
     };
     let (headers, body) = crate::protocol::encryption::seal(keyring, &row, headers, body);
-    Sealed {
+    SealedResponse {
         status,
         headers,
         body,

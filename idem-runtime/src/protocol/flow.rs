@@ -19,7 +19,7 @@ use crate::protocol::metrics::timed;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::problem::{Problem, ProblemKind};
 #[cfg(feature = "axum")]
-use crate::protocol::tx::Slot;
+use crate::protocol::tx::LentTx;
 use crate::protocol::tx::Tx;
 use crate::store::{Backend, Claim, ClaimFailed, ClaimRequest, Completion};
 
@@ -63,11 +63,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
 
     /// The same as [`run`](Self::run) for a handler that is a service of its own (axum's
     /// `IdempotencyLayer`), which cannot borrow the transaction: it is lent to `handler` in
-    /// a [`Slot`], and taken back once `handler` has answered to record its answer.
+    /// a [`LentTx`], and taken back once `handler` has answered to record its answer.
     #[cfg(feature = "axum")]
     pub(crate) async fn run_lent<F>(self, scope: &str, handler: F) -> W::Response
     where
-        F: AsyncFnOnce(Slot<DB>) -> W::Response,
+        F: AsyncFnOnce(LentTx<DB>) -> W::Response,
     {
         // Boxed, so the framework moves a pointer (see `instrumented`), and built in the
         // box (see `boxed`).
@@ -77,7 +77,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     #[cfg(feature = "axum")]
     async fn run_lent_inner<F>(&self, scope: &str, handler: F) -> Done<W>
     where
-        F: AsyncFnOnce(Slot<DB>) -> W::Response,
+        F: AsyncFnOnce(LentTx<DB>) -> W::Response,
     {
         let identity = match self.identify(scope) {
             Ok(identity) => identity,
@@ -89,7 +89,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
             Ok(claimed) => claimed,
             Err(answer) => return answer,
         };
-        let slot = Slot::new(txn);
+        let slot = LentTx::new(txn);
         let response = match self.guarded(handler(slot.clone())).await {
             Ok(response) => response,
             Err(answer) => return answer,

@@ -44,7 +44,7 @@ pub struct Tx<'c, DB: ChosenBackend<'static> = DefaultBackend> {
 enum Conn<'c, DB: ChosenBackend<'static>> {
     /// Borrowed for the handler's call: the macro's forms.
     Borrowed(&'c mut DB::Connection),
-    /// Lent through a [`Slot`] to a handler that is a service of its own (axum's
+    /// Lent through a [`LentTx`] to a handler that is a service of its own (axum's
     /// `IdempotencyLayer`); always `Some` while lent.
     #[cfg(feature = "axum")]
     Lent(tokio::sync::OwnedMutexGuard<Option<sqlx::Transaction<'static, DB>>>),
@@ -88,19 +88,19 @@ const LENT: &str = "a slot holds its transaction until the lender takes it back,
 /// axum's `IdempotencyLayer`: the layer's core puts it in, the handler's [`Tx`] locks it
 /// for as long as it lives, and the core takes it back to record the answer and commit.
 #[cfg(feature = "axum")]
-pub(crate) struct Slot<DB: Backend>(
+pub(crate) struct LentTx<DB: Backend>(
     std::sync::Arc<tokio::sync::Mutex<Option<sqlx::Transaction<'static, DB>>>>,
 );
 
 #[cfg(feature = "axum")]
-impl<DB: Backend> Clone for Slot<DB> {
+impl<DB: Backend> Clone for LentTx<DB> {
     fn clone(&self) -> Self {
         Self(std::sync::Arc::clone(&self.0))
     }
 }
 
 #[cfg(feature = "axum")]
-impl<DB: Backend> Slot<DB> {
+impl<DB: Backend> LentTx<DB> {
     pub(crate) fn new(txn: sqlx::Transaction<'static, DB>) -> Self {
         Self(std::sync::Arc::new(tokio::sync::Mutex::new(Some(txn))))
     }
