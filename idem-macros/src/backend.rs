@@ -73,21 +73,22 @@ pub(crate) fn checked_backend(krate: &syn::Path, database: &Type) -> TokenStream
 /// the user's whole type (or the attribute's arguments) and nothing of the generated code.
 pub(crate) fn unnamed_backend(
     krate: &syn::Path,
-    form: &str,
+    role: Role,
     first: Span,
     last: Span,
 ) -> TokenStream {
-    let message = match form {
-        "Tx" => {
+    let message = match role {
+        Role::Tx => {
             "both `postgres` and `sqlite` are enabled, so a bare `idem::Tx` names no database: \
              write `idem::Tx<'_, sqlx::Sqlite>` (or `sqlx::Postgres`), or enable only one"
         }
-        "Phases" => {
+        Role::Phases => {
             "both `postgres` and `sqlite` are enabled, so a bare `idem::Phases` names no \
              database: write `idem::Phases<sqlx::Sqlite>` (or `sqlx::Postgres`), or enable \
              only one"
         }
-        _ => {
+        // The handler itself: it takes neither.
+        Role::Extractor => {
             "both `postgres` and `sqlite` are enabled, and this handler takes no `idem::Tx` \
              or `idem::Phases` to name its database: add `backend = sqlx::Sqlite` (or \
              `sqlx::Postgres`), or enable only one"

@@ -105,13 +105,8 @@ pub(crate) fn check(
     }
     let unnamed = match by_value {
         Some(param) if !syntax::names_backend(&param.ty) => {
-            let form = if param.role == Role::Tx {
-                "Tx"
-            } else {
-                "Phases"
-            };
             let (first, last) = syntax::first_and_last(&param.ty);
-            Some(unnamed_backend(&krate, form, first, last))
+            Some(unnamed_backend(&krate, param.role, first, last))
         }
         // A database named as written is checked once, in the alias.
         Some(param) => syntax::backend_arg(&param.ty)
@@ -125,7 +120,12 @@ pub(crate) fn check(
             borrowed_backend(&krate, borrowed.role, &borrowed.name, first, last)
         }),
         None => match &args.backend {
-            Arg::Absent => Some(unnamed_backend(&krate, "handler", args.span, args.end)),
+            Arg::Absent => Some(unnamed_backend(
+                &krate,
+                Role::Extractor,
+                args.span,
+                args.end,
+            )),
             Arg::Given(database) => Some(checked_backend(&krate, database)),
             // Unreadable: the list's error is reported, and whether it named a backend
             // is unknown.
