@@ -29,109 +29,17 @@ pub(crate) fn check(
         Arg::Given(path) => path.clone(),
         Arg::Absent | Arg::Unreadable => syn::parse_quote!(::idem),
     };
-    if func.sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
-            func.sig.fn_token.span,
-            format!(
-                "{} handlers must be `async fn`: write `async fn`",
-                framework.attribute()
-            ),
-        ));
-    }
+    must_be_async(framework, &func, &mut errors);
     let attrs = attributes(framework, &func, &mut errors);
     let params = params(framework, &func, &mut errors);
-    if framework == Framework::Axum {
-        axum_rules(&func, &params.params, &mut errors);
-    } else if let Arg::Given((name, _)) = &args.state {
-        errors.push(syn::Error::new(
-            name.span(),
-            "`state` is an argument of axum handlers (`#[idem::axum::idempotent(state = ..)]`); \
-             actix-web has no router state: remove it, and take app data with an extractor \
-             such as `web::Data<T>`",
-        ));
-    }
+    framework_rules(framework, &args, &func, &params, &mut errors);
     let scope = scope(&args, &func, &mut errors);
-    // `None` when the retention is unreadable, so the lease is not compared with it.
-    let retention = match &args.retention {
-        Arg::Given(lit) => validate::retention(lit)
-            .map_err(|error| errors.push(error))
-            .ok(),
-        Arg::Absent => Some(validate::MIN_RETENTION),
-        Arg::Unreadable => None,
-    };
+    let retention = retention(&args, &mut errors);
     let lease = lease(&args, params.phases.as_ref(), retention, &mut errors);
-    let key = args
-        .key
-        .given()
-        .and_then(|key| validate::key(key).map_err(|error| errors.push(error)).ok());
-    if let Some(scope) = &scope {
-        signed_key(&args, &func, scope, key.as_ref(), &mut errors);
-    }
-    if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
-        errors.push(phases_with_tx(phases, tx));
-    }
-    if let (Arg::Given(backend), Some(param)) =
-        (&args.backend, params.tx.as_ref().or(params.phases.as_ref()))
-    {
-        errors.push(backend_beside_param(backend, param));
-    }
-
-    // The first parameter that names no database decides the message; a handler with
-    // neither kind of parameter and no `backend = ..` names none either.
-    let by_value = params.params.iter().find(|p| p.role != Role::Extractor);
-    // A `Tx` or `Phases` taken by reference is reported at its type. The first that names
-    // no database, when no parameter taken by value gives the alias, is reported by the
-    // alias (`borrowed_backend`): only the runtime knows whether to say to name one too.
-    let alias_reports = by_value
-        .is_none()
-        .then(|| {
-            params
-                .borrowed
-                .iter()
-                .position(|b| !syntax::names_backend(&b.elem))
-        })
-        .flatten();
-    for (index, borrowed) in params.borrowed.iter().enumerate() {
-        if Some(index) != alias_reports {
-            let ty = borrowed.role.type_name();
-            errors.push(syn::Error::new_spanned(
-                &borrowed.ty,
-                format!(
-                    "take `idem::{ty}` by value: write `{}: idem::{ty}`",
-                    borrowed.name
-                ),
-            ));
-        }
-    }
-    let unnamed = match by_value {
-        Some(param) if !syntax::names_backend(&param.ty) => {
-            let (first, last) = syntax::first_and_last(&param.ty);
-            Some(unnamed_backend(&krate, param.role, first, last))
-        }
-        // A database named as written is checked once, in the alias.
-        Some(param) => syntax::backend_arg(&param.ty)
-            .filter(|database| !is_type_param(&func.sig.generics, database))
-            .map(|database| checked_backend(&krate, database)),
-        // Not "this handler names no database" beside a borrowed one: its type is where
-        // the database goes, and its own error says so.
-        None if !params.borrowed.is_empty() => alias_reports.map(|index| {
-            let borrowed = &params.borrowed[index];
-            let (first, last) = syntax::first_and_last(&borrowed.ty);
-            borrowed_backend(&krate, borrowed.role, &borrowed.name, first, last)
-        }),
-        None => match &args.backend {
-            Arg::Absent => Some(unnamed_backend(
-                &krate,
-                Role::Extractor,
-                args.span,
-                args.end,
-            )),
-            Arg::Given(database) => Some(checked_backend(&krate, database)),
-            // Unreadable: the list's error is reported, and whether it named a backend
-            // is unknown.
-            Arg::Unreadable => None,
-        },
-    };
+    let key = key(&args, &func, scope.as_ref(), &mut errors);
+    conflicting_params(&args, &params, &mut errors);
+    let alias_reports = borrowed_params(&params, &mut errors);
+    let unnamed = unnamed_database(&krate, &args, &func, &params, alias_reports);
     let shell = {
         let mut inner = func.clone();
         syntax::normalize_params(
@@ -210,6 +118,150 @@ pub(crate) fn check(
                 fallback,
             })
         }
+    }
+}
+
+fn must_be_async(framework: Framework, func: &ItemFn, errors: &mut Errors) {
+    if func.sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            func.sig.fn_token.span,
+            format!(
+                "{} handlers must be `async fn`: write `async fn`",
+                framework.attribute()
+            ),
+        ));
+    }
+}
+
+/// What only one framework allows: axum's rules for its extractors, and `state`, which
+/// actix-web has no use for.
+fn framework_rules(
+    framework: Framework,
+    args: &Args,
+    func: &ItemFn,
+    params: &Params,
+    errors: &mut Errors,
+) {
+    if framework == Framework::Axum {
+        axum_rules(func, &params.params, errors);
+    } else if let Arg::Given((name, _)) = &args.state {
+        errors.push(syn::Error::new(
+            name.span(),
+            "`state` is an argument of axum handlers (`#[idem::axum::idempotent(state = ..)]`); \
+             actix-web has no router state: remove it, and take app data with an extractor \
+             such as `web::Data<T>`",
+        ));
+    }
+}
+
+/// The retention, checked; `None` when it is unreadable, so the lease is not compared
+/// with it.
+fn retention(args: &Args, errors: &mut Errors) -> Option<Duration> {
+    match &args.retention {
+        Arg::Given(lit) => validate::retention(lit)
+            .map_err(|error| errors.push(error))
+            .ok(),
+        Arg::Absent => Some(validate::MIN_RETENTION),
+        Arg::Unreadable => None,
+    }
+}
+
+/// The key source, checked, and checked against the scope: a signed webhook's key must
+/// be what its sender signed.
+fn key(
+    args: &Args,
+    func: &ItemFn,
+    scope: Option<&Scope>,
+    errors: &mut Errors,
+) -> Option<validate::KeySpec> {
+    let key = args
+        .key
+        .given()
+        .and_then(|key| validate::key(key).map_err(|error| errors.push(error)).ok());
+    if let Some(scope) = scope {
+        signed_key(args, func, scope, key.as_ref(), errors);
+    }
+    key
+}
+
+/// Parameters that cannot go together: `Phases` beside `Tx`, and `backend = ..` beside
+/// a parameter whose type names the database.
+fn conflicting_params(args: &Args, params: &Params, errors: &mut Errors) {
+    if let (Some(phases), Some(tx)) = (&params.phases, &params.tx) {
+        errors.push(phases_with_tx(phases, tx));
+    }
+    if let (Arg::Given(backend), Some(param)) =
+        (&args.backend, params.tx.as_ref().or(params.phases.as_ref()))
+    {
+        errors.push(backend_beside_param(backend, param));
+    }
+}
+
+/// Reports each `Tx` or `Phases` taken by reference, but the one the alias reports;
+/// returns that one's index.
+fn borrowed_params(params: &Params, errors: &mut Errors) -> Option<usize> {
+    let by_value = params.params.iter().find(|p| p.role != Role::Extractor);
+    // A `Tx` or `Phases` taken by reference is reported at its type. The first that names
+    // no database, when no parameter taken by value gives the alias, is reported by the
+    // alias (`borrowed_backend`): only the runtime knows whether to say to name one too.
+    let alias_reports = by_value
+        .is_none()
+        .then(|| {
+            params
+                .borrowed
+                .iter()
+                .position(|b| !syntax::names_backend(&b.elem))
+        })
+        .flatten();
+    for (index, borrowed) in params.borrowed.iter().enumerate() {
+        if Some(index) != alias_reports {
+            let ty = borrowed.role.type_name();
+            errors.push(syn::Error::new_spanned(
+                &borrowed.ty,
+                format!(
+                    "take `idem::{ty}` by value: write `{}: idem::{ty}`",
+                    borrowed.name
+                ),
+            ));
+        }
+    }
+    alias_reports
+}
+
+/// The alias that names the handler's database, or reports that it names none.
+fn unnamed_database(
+    krate: &syn::Path,
+    args: &Args,
+    func: &ItemFn,
+    params: &Params,
+    alias_reports: Option<usize>,
+) -> Option<TokenStream> {
+    // The first parameter that names no database decides the message; a handler with
+    // neither kind of parameter and no `backend = ..` names none either.
+    let by_value = params.params.iter().find(|p| p.role != Role::Extractor);
+    match by_value {
+        Some(param) if !syntax::names_backend(&param.ty) => {
+            let (first, last) = syntax::first_and_last(&param.ty);
+            Some(unnamed_backend(krate, param.role, first, last))
+        }
+        // A database named as written is checked once, in the alias.
+        Some(param) => syntax::backend_arg(&param.ty)
+            .filter(|database| !is_type_param(&func.sig.generics, database))
+            .map(|database| checked_backend(krate, database)),
+        // Not "this handler names no database" beside a borrowed one: its type is where
+        // the database goes, and its own error says so.
+        None if !params.borrowed.is_empty() => alias_reports.map(|index| {
+            let borrowed = &params.borrowed[index];
+            let (first, last) = syntax::first_and_last(&borrowed.ty);
+            borrowed_backend(krate, borrowed.role, &borrowed.name, first, last)
+        }),
+        None => match &args.backend {
+            Arg::Absent => Some(unnamed_backend(krate, Role::Extractor, args.span, args.end)),
+            Arg::Given(database) => Some(checked_backend(krate, database)),
+            // Unreadable: the list's error is reported, and whether it named a backend
+            // is unknown.
+            Arg::Unreadable => None,
+        },
     }
 }
 
