@@ -12,10 +12,6 @@
 //! `compressed_body.rs` and `axum_webhook.rs` need no process of their own and can move
 //! here.
 
-#[path = "../support/mod.rs"]
-mod support;
-#[path = "../phased_support/mod.rs"]
-mod phased_support;
 #[path = "../axum_support/mod.rs"]
 mod axum_support;
 #[path = "../expiry_support/mod.rs"]
@@ -24,6 +20,10 @@ mod expiry_support;
 mod large_support;
 #[path = "../model_support/mod.rs"]
 mod model_support;
+#[path = "../phased_support/mod.rs"]
+mod phased_support;
+#[path = "../support/mod.rs"]
+mod support;
 
 mod axum;
 mod axum_layer;

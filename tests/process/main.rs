@@ -4,12 +4,12 @@
 //! these run beside each other and nothing else; `cargo test --test process -- fault_sigkill::`
 //! runs one module.
 
-#[path = "../support/mod.rs"]
-mod support;
-#[path = "../phased_support/mod.rs"]
-mod phased_support;
 #[path = "../fault_support/mod.rs"]
 mod fault_support;
+#[path = "../phased_support/mod.rs"]
+mod phased_support;
+#[path = "../support/mod.rs"]
+mod support;
 
 mod client;
 mod example_observability;
