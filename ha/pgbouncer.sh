@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with PostgreSQL behind PgBouncer in transaction pooling mode:
 #
-#   bash ha/pgbouncer.sh cargo test -p idem --test replay
+#   bash ha/pgbouncer.sh cargo test -p idem --test it -- replay::
 #
 # Starts a private PostgreSQL cluster and a PgBouncer in front of it, both on free loopback
 # ports in a temporary directory, runs the command with

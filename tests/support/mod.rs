@@ -3,7 +3,9 @@
 //! `app::configure`, or the axum example's `axum_app::router`), requests to it, and what
 //! the database holds afterwards.
 //!
-//! Every test file says `mod support;` and uses the part it needs. Requests are
+//! Every test module says `use crate::support;` (the test binaries `tests/it/` and
+//! `tests/process/` declare it once at their root; a test file that is a binary of its own
+//! says `mod support;`) and uses the part it needs. Requests are
 //! framework-neutral ([`TestRequest`]); [`service`] builds the application on the
 //! framework the running test chose. Which tests run where is said where they are
 //! instantiated:
@@ -71,10 +73,15 @@ pub(crate) const POOL_SIZE: u32 = 25;
 #[allow(unused_macros)] // Each test file uses the part of this module it needs.
 macro_rules! backend_tests {
     ($($name:ident),+ $(,)?) => {
+        // Each test file may be a module of a larger test binary (`tests/it/`), so the
+        // generated tests name the file's functions relative to themselves, never by
+        // `crate::`: the imports make `super::name` of the modules below the file's `name`.
         mod with_actix {
+            use super::{$($name),+};
             $crate::support::framework_tests!(Actix, $($name),+);
         }
         mod with_axum {
+            use super::{$($name),+};
             $crate::support::framework_tests!(Axum, $($name),+);
         }
     };
@@ -107,7 +114,7 @@ macro_rules! both_frameworks {
                 #[$runtime]
                 async fn $name() {
                     $crate::support::Framework::Actix.select();
-                    crate::$name().await;
+                    super::$name().await;
                 }
             )+
         }
@@ -116,7 +123,7 @@ macro_rules! both_frameworks {
                 #[$runtime]
                 async fn $name() {
                     $crate::support::Framework::Axum.select();
-                    crate::$name().await;
+                    super::$name().await;
                 }
             )+
         }
@@ -146,7 +153,7 @@ macro_rules! framework_tests {
                 #[actix_web::test]
                 async fn $name() {
                     $crate::support::Framework::$framework.select();
-                    crate::$name::<sqlx::Postgres>().await;
+                    super::$name::<sqlx::Postgres>().await;
                 }
             )+
         }
@@ -155,7 +162,7 @@ macro_rules! framework_tests {
                 #[actix_web::test]
                 async fn $name() {
                     $crate::support::Framework::$framework.select();
-                    crate::$name::<sqlx::Sqlite>().await;
+                    super::$name::<sqlx::Sqlite>().await;
                 }
             )+
         }
