@@ -71,3 +71,31 @@ fn declared_rust_version_covers_every_dependency() {
          raise it: {too_new:?}"
     );
 }
+
+/// The README's test command is the one CI runs (`.ci/run`'s `TEST_CMD`): a newcomer who
+/// runs what the front page says runs what CI checks.
+#[test]
+fn the_readme_test_command_is_the_one_ci_runs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |name: &str| {
+        std::fs::read_to_string(root.join(name)).unwrap_or_else(|error| panic!("{name}: {error}"))
+    };
+    let ci = read(".ci/run");
+    let declared = ci
+        .lines()
+        .find_map(|line| line.strip_prefix("TEST_CMD=("))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .expect(".ci/run declares TEST_CMD=(...)");
+    assert!(ci.contains("\"${TEST_CMD[@]}\""), ".ci/run runs TEST_CMD");
+    let readme = read("README.md");
+    let after = readme
+        .split("Run the tests:")
+        .nth(1)
+        .expect("the README says how to run the tests");
+    let command = after
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|block| block.lines().next())
+        .expect("a sh block with the command");
+    assert_eq!(command, declared);
+}
