@@ -158,15 +158,6 @@ pub use idem_runtime::{
     WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookRejected, WebhookVerifier,
 };
 
-// The root names of the items now grouped in `admin`, `outbox` and `phased`, kept out of
-// the documentation while callers move.
-#[doc(hidden)]
-pub use idem_runtime::admin::*;
-#[doc(hidden)]
-pub use idem_runtime::outbox::{Message, Relay, RelayHandle};
-#[doc(hidden)]
-pub use idem_runtime::phased::{Lease, MAX_PHASE_NAME_LEN, PhaseError, PhaseErrorKind};
-
 #[cfg(feature = "encryption")]
 pub use idem_runtime::encryption;
 #[cfg(feature = "metrics")]

@@ -149,10 +149,10 @@ async fn a_tampered_row_gets_a_500_problem_not_garbage() {
 async fn phased_secret<DB: TestBackend>(
     account: support::app::Account,
     phases: idem::Phases<DB>,
-) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+) -> Result<actix_web::HttpResponse, idem::phased::PhaseError> {
     let _ = account;
     let n: i32 = phases
-        .run("step", async |_tx| Ok::<_, idem::PhaseError>(7))
+        .run("step", async |_tx| Ok::<_, idem::phased::PhaseError>(7))
         .await?;
     Ok(actix_web::HttpResponse::Created().body(format!("phased secret {n}")))
 }
@@ -167,10 +167,10 @@ macro_rules! axum_phased {
             pub(super) async fn phased_secret(
                 account: super::support::app::Account,
                 phases: idem::Phases<$db>,
-            ) -> Result<(StatusCode, String), idem::PhaseError> {
+            ) -> Result<(StatusCode, String), idem::phased::PhaseError> {
                 let _ = account;
                 let n: i32 = phases
-                    .run("step", async |_tx| Ok::<_, idem::PhaseError>(7))
+                    .run("step", async |_tx| Ok::<_, idem::phased::PhaseError>(7))
                     .await?;
                 Ok((StatusCode::CREATED, format!("phased secret {n}")))
             }
@@ -180,7 +180,7 @@ macro_rules! axum_phased {
                 account: super::support::app::Account,
                 headers: axum::http::HeaderMap,
                 phases: idem::Phases<$db>,
-            ) -> Result<(StatusCode, String), idem::PhaseError> {
+            ) -> Result<(StatusCode, String), idem::phased::PhaseError> {
                 let charge = phases
                     .run("charge", async |mut tx| {
                         super::charge::<$db>(&mut tx, account.id()).await
@@ -196,10 +196,10 @@ macro_rules! axum_phased {
             pub(super) async fn phased_unfinished(
                 account: super::support::app::Account,
                 phases: idem::Phases<$db>,
-            ) -> Result<StatusCode, idem::PhaseError> {
+            ) -> Result<StatusCode, idem::phased::PhaseError> {
                 let _ = account;
                 phases
-                    .run("step", async |_tx| Ok::<_, idem::PhaseError>(1))
+                    .run("step", async |_tx| Ok::<_, idem::phased::PhaseError>(1))
                     .await?;
                 Ok(StatusCode::SERVICE_UNAVAILABLE)
             }
@@ -412,7 +412,7 @@ const CHARGE: &str = "ch_secret_4242";
 async fn charge<DB: support::app::Store>(
     tx: &mut idem::Tx<'_, DB>,
     account: i64,
-) -> Result<String, idem::PhaseError> {
+) -> Result<String, idem::phased::PhaseError> {
     let order: support::app::NewOrder =
         serde_json::from_str(r#"{"item":"charge","quantity":1,"amount_cents":100}"#).unwrap();
     DB::insert_order(tx, account, &order).await.expect("insert");
@@ -426,7 +426,7 @@ async fn phased_charge<DB: TestBackend>(
     account: support::app::Account,
     req: actix_web::HttpRequest,
     phases: idem::Phases<DB>,
-) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+) -> Result<actix_web::HttpResponse, idem::phased::PhaseError> {
     let charge = phases
         .run("charge", async |mut tx| {
             charge::<DB>(&mut tx, account.id()).await
@@ -524,10 +524,10 @@ async fn phase_outputs_are_sealed_and_resume_in_clear<DB: RowAccess>() {
 async fn phased_unfinished<DB: TestBackend>(
     account: support::app::Account,
     phases: idem::Phases<DB>,
-) -> Result<actix_web::HttpResponse, idem::PhaseError> {
+) -> Result<actix_web::HttpResponse, idem::phased::PhaseError> {
     let _ = account;
     phases
-        .run("step", async |_tx| Ok::<_, idem::PhaseError>(1))
+        .run("step", async |_tx| Ok::<_, idem::phased::PhaseError>(1))
         .await?;
     Ok(actix_web::HttpResponse::ServiceUnavailable().finish())
 }
@@ -561,10 +561,10 @@ async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
     }
 
     let answer = br#"{"state":"succeeded","card":"secret 4242"}"#;
-    let resolution = idem::Resolution::completed(201, "application/json", answer.to_vec());
+    let resolution = idem::admin::Resolution::completed(201, "application/json", answer.to_vec());
     let keep = Duration::from_secs(3600);
     let scope = ALICE.to_string();
-    idem::resolve_key_with(&idem, &scope, "resolved-sealed", &resolution, keep)
+    idem::admin::resolve_key_with(&idem, &scope, "resolved-sealed", &resolution, keep)
         .await
         .expect("resolve");
     let (headers, body) = DB::response(&env.pool, "resolved-sealed").await;
@@ -582,7 +582,7 @@ async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
     // Without the keyring the answer would be stored in clear and refused on replay:
     // resolve_key (what `idem resolve` calls) refuses instead, on a table holding sealed
     // responses, and stores nothing.
-    let refused = idem::resolve_key(
+    let refused = idem::admin::resolve_key(
         env.idem().pool(),
         &scope,
         "resolved-clear",
@@ -591,7 +591,7 @@ async fn an_operator_resolution_is_sealed_and_replays<DB: RowAccess>() {
     )
     .await;
     assert!(
-        matches!(refused, Err(idem::ResolveError::Sealed)),
+        matches!(refused, Err(idem::admin::ResolveError::Sealed)),
         "{refused:?}"
     );
     // Still unfinished: the retry runs the handler again rather than a 500.

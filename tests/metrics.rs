@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use actix_web::{HttpResponse, post, web};
-use idem::PhaseError;
 use idem::metrics::{REQUESTS_TOTAL, STATEMENT_SECONDS, TAKEOVERS_TOTAL};
+use idem::phased::PhaseError;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::app::Account;
 use support::{ALICE, Env, Framework, order_json, post, post_order, post_unkeyed};

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use actix_web::{HttpRequest, web};
 use axum::Extension;
-use idem::PhaseError;
+use idem::phased::PhaseError;
 use idem::testing::{Endpoint, Failed, Passed};
 use serde_json::json;
 use sqlx::Pool;

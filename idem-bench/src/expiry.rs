@@ -1,11 +1,11 @@
-//! Expiry: how fast idem's expiry task (`idem::Expiry`) deletes expired keys, against
+//! Expiry: how fast idem's expiry task (`idem::admin::Expiry`) deletes expired keys, against
 //! the same batched DELETE sent as plain SQL, and what a sweep at the task's default
 //! pace does to live traffic.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idem::Expiry;
+use idem::admin::Expiry;
 use idem_testkit::TestDb;
 use sqlx::{AssertSqlSafe, PgPool};
 

@@ -113,7 +113,7 @@ struct ResolveArgs {
 #[derive(Debug, Args)]
 struct ExpireArgs {
     /// Run one sweep and exit. Required: the continuous sweep belongs in the application
-    /// (`idem::Expiry::spawn`), or in a scheduler that runs this command
+    /// (`idem::admin::Expiry::spawn`), or in a scheduler that runs this command
     #[arg(long, required = true)]
     once: bool,
     /// Count the keys a sweep would delete; delete nothing

@@ -61,7 +61,7 @@ macro_rules! handlers {
                 account: Account,
                 phases: idem::Phases<$db>,
                 Json(order): Json<NewOrder>,
-            ) -> Result<(StatusCode, Json<Value>), idem::PhaseError> {
+            ) -> Result<(StatusCode, Json<Value>), idem::phased::PhaseError> {
                 let id: i64 = phases
                     .run("order_created", async |mut tx| {
                         counter.0.fetch_add(1, Ordering::SeqCst);
@@ -74,7 +74,7 @@ macro_rules! handlers {
                         .bind(order.quantity)
                         .fetch_one(&mut *tx)
                         .await
-                        .map_err(idem::PhaseError::from)
+                        .map_err(idem::phased::PhaseError::from)
                     })
                     .await?;
                 let charge = phases.derived_key("charge");

@@ -7,13 +7,13 @@ use crate::support;
 use std::time::Duration;
 
 use expiry_support::{Keys, KeysBackend, Lease};
-use idem::Expiry;
+use idem::admin::Expiry;
 
 /// Sweeps with `batch_size`; returns the rows each batch deleted, in order.
 async fn batches<DB: KeysBackend>(
     keys: &Keys<DB>,
     batch_size: u32,
-) -> (idem::SweepReport, Vec<u64>) {
+) -> (idem::admin::SweepReport, Vec<u64>) {
     let mut sizes = Vec::new();
     let mut deleted_before = 0;
     let report = Expiry::new(keys.served_pool.clone())

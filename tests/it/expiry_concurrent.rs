@@ -6,7 +6,7 @@ use crate::expiry_support;
 use std::time::Duration;
 
 use expiry_support::{Keys, Lease};
-use idem::Expiry;
+use idem::admin::Expiry;
 use sqlx::Connection;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

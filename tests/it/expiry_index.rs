@@ -4,7 +4,7 @@
 use crate::expiry_support;
 
 use expiry_support::{Keys, Lease};
-use idem::Expiry;
+use idem::admin::Expiry;
 
 fn assert_uses_the_indexes(plan: &str) {
     assert!(

@@ -9,7 +9,7 @@ use crate::support;
 use std::time::Duration;
 
 use expiry_support::{Keys, KeysBackend, Lease};
-use idem::Expiry;
+use idem::admin::Expiry;
 
 async fn expired_keys_go_and_live_or_unfinished_keys_stay<DB: KeysBackend>() {
     let keys = Keys::<DB>::open(2).await;
@@ -47,7 +47,7 @@ async fn expired_keys_go_and_live_or_unfinished_keys_stay<DB: KeysBackend>() {
         "in progress within the lease"
     );
     assert_eq!(keys.left("young-lease").await, 3);
-    let stats = idem::key_stats(&keys.pool).await.expect("stats");
+    let stats = idem::admin::key_stats(&keys.pool).await.expect("stats");
     assert_eq!(stats.stranded, 10);
     assert_eq!(stats.deletable, 0);
 
@@ -62,7 +62,9 @@ async fn expired_keys_go_and_live_or_unfinished_keys_stay<DB: KeysBackend>() {
     assert_eq!(keys.left("held-by-lease").await, 10);
     assert_eq!(keys.left("young-lease").await, 3, "still within retention");
     assert_eq!(keys.left("fresh").await, 40);
-    let listed = idem::stranded_keys(&keys.pool, 100).await.expect("list");
+    let listed = idem::admin::stranded_keys(&keys.pool, 100)
+        .await
+        .expect("list");
     assert_eq!(listed.len(), 20);
     assert!(
         listed

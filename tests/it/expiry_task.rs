@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use expiry_support::{Keys, Lease};
-use idem::Expiry;
+use idem::admin::Expiry;
 
 /// Polls `done` every 20 ms until it holds, for at most 10 s.
 async fn eventually<F, Fut>(what: &str, mut done: F)

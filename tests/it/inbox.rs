@@ -187,7 +187,7 @@ async fn inbox_entries_expire_with_the_sweep<DB: Consumer>() {
     assert_eq!(consume(pool, &inbox, "old-3").await, Delivery::First);
     consume(pool, &inbox, "live").await;
 
-    let expiry = idem::Expiry::new(pool.clone()).batch_size(1);
+    let expiry = idem::admin::Expiry::new(pool.clone()).batch_size(1);
     let report = expiry.sweep_once().await.expect("sweep");
     assert_eq!(report.rows_deleted, 2, "{report:?}");
     assert_eq!(report.batches, 2, "batches of one: {report:?}");
@@ -214,7 +214,7 @@ async fn a_failed_inbox_batch_fails_the_sweep<DB: Consumer>() {
     let inbox = Inbox::new("billing");
     consume(&db.served, &inbox, "m-4").await;
     DB::drop_inbox(&db.direct).await;
-    let expiry = idem::Expiry::new(db.served.clone());
+    let expiry = idem::admin::Expiry::new(db.served.clone());
     let error = expiry.sweep_once().await.expect_err("no inbox to sweep");
     assert!(
         error.to_string().contains("idem_inbox"),
@@ -264,10 +264,10 @@ async fn relay_messages_are_processed_once_by_their_id() {
 
     let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
     let consumer_pool = pool.clone();
-    let relay = idem::Relay::new(pool.clone())
+    let relay = idem::outbox::Relay::new(pool.clone())
         .poll_interval(Duration::from_millis(20))
         .retry_backoff(Duration::from_millis(20), Duration::from_millis(20))
-        .spawn(move |message: idem::Message| {
+        .spawn(move |message: idem::outbox::Message| {
             let (pool, sent) = (consumer_pool.clone(), sent.clone());
             async move {
                 let inbox = Inbox::new("receipts-consumer");

@@ -39,7 +39,7 @@ async fn single(account: Account, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpRespo
 async fn phased(
     account: Account,
     phases: idem::Phases<sqlx::Postgres>,
-) -> Result<HttpResponse, idem::PhaseError> {
+) -> Result<HttpResponse, idem::phased::PhaseError> {
     let _ = account;
     let body = large_support::phased_effect(&mut phases, LARGE).await?;
     Ok(HttpResponse::Ok().body(body))

@@ -14,7 +14,7 @@ use crate::large_support;
 use crate::support;
 
 use actix_web::{HttpResponse, web};
-use idem::Expiry;
+use idem::admin::Expiry;
 use large_support::answer;
 use sqlx::PgPool;
 use support::app::Account;

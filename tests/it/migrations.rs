@@ -70,7 +70,7 @@ async fn assert_both_applied<DB: Migrations>(pool: &Pool<DB>) {
         versions(pool, "_sqlx_migrations").await,
         app_versions::<DB>()
     );
-    let idem_versions = versions(pool, idem::MIGRATIONS_TABLE).await;
+    let idem_versions = versions(pool, idem::admin::MIGRATIONS_TABLE).await;
     assert!(!idem_versions.is_empty(), "idem recorded its migrations");
     assert!(
         idem_versions
@@ -86,7 +86,7 @@ async fn migrating_twice_changes_nothing<DB: Migrations>() {
     let (_db, pool) = DB::open().await;
 
     idem::migrate(&pool).await.expect("first migrate");
-    assert_eq!(idem::MIGRATIONS_TABLE, "_idem_migrations");
+    assert_eq!(idem::admin::MIGRATIONS_TABLE, "_idem_migrations");
     let before = DB::history(&pool, "_idem_migrations").await;
     assert!(!before.is_empty());
     assert!(DB::table_exists(&pool, "idem_keys").await);

@@ -12,7 +12,7 @@ use actix_web::{post, web};
 use axum::extract::Query;
 use axum::{Extension, Router};
 use futures_util::future::select;
-use idem::PhaseError;
+use idem::phased::PhaseError;
 use phased_support::{Answer, Gate, PAST_LEASE};
 use serde_json::json;
 use support::app::Account;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use actix_web::{post, web};
 use axum::{Extension, Router};
-use idem::PhaseError;
+use idem::phased::PhaseError;
 use phased_support::{Answer, create_effects, effect, effects, key_state, recorded_phases};
 use support::app::Account;
 use support::{ALICE, Env, Reply, TestApp, post};
@@ -125,7 +125,7 @@ async fn same_name(phases: &mut idem::Phases<sqlx::Postgres>) -> Result<Answer, 
 }
 
 /// The leases handlers handed to the test.
-type Kept = Mutex<Vec<idem::Lease<sqlx::Postgres>>>;
+type Kept = Mutex<Vec<idem::phased::Lease<sqlx::Postgres>>>;
 
 /// Hands its lease to the test (as a heartbeat task would keep it), then answers 503.
 fn kept_lease(phases: &idem::Phases<sqlx::Postgres>, kept: &Kept) -> Answer {
@@ -404,7 +404,7 @@ async fn a_lease_kept_past_the_handler_stops_extending() {
     let extended = lease.extend().await;
     assert_eq!(
         extended.map_err(|e| e.kind()),
-        Err(idem::PhaseErrorKind::Finished)
+        Err(idem::phased::PhaseErrorKind::Finished)
     );
     let (_, _, _, leased) = key_state(&env.pool, "kept").await;
     assert!(!leased, "the lease stays released");

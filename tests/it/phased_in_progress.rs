@@ -12,7 +12,7 @@ use std::time::Instant;
 use actix_web::web;
 use axum::{Extension, Router};
 use futures_util::future::join;
-use idem::PhaseError;
+use idem::phased::PhaseError;
 use phased_support::{Answer, Gate, LEASE};
 use support::app::Account;
 use support::{ALICE, Env, TestApp, TestBackend, by_database, post};

@@ -28,12 +28,12 @@ const LIMIT: usize = 1024;
 async fn big_answer<DB: idem::Backend>(
     phases: &mut idem::Phases<DB>,
     runs: &Runs,
-) -> Result<Answer, idem::PhaseError> {
+) -> Result<Answer, idem::phased::PhaseError> {
     runs.handler.fetch_add(1, Ordering::SeqCst);
     phases
         .run("charged", async |_tx| {
             runs.phase.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, idem::PhaseError>(())
+            Ok::<_, idem::phased::PhaseError>(())
         })
         .await?;
     Ok(Answer::text(201, "x".repeat(2 * LIMIT)))
@@ -45,7 +45,7 @@ async fn big_answer_on_actix<DB: idem::Backend>(
     account: Account,
     phases: idem::Phases<DB>,
     runs: web::Data<Runs>,
-) -> Result<Answer, idem::PhaseError> {
+) -> Result<Answer, idem::phased::PhaseError> {
     let _ = account;
     big_answer(&mut phases, &runs).await
 }
@@ -61,7 +61,7 @@ macro_rules! axum_route {
                 account: Account,
                 phases: idem::Phases<$db>,
                 Extension(runs): Extension<Arc<Runs>>,
-            ) -> Result<Answer, idem::PhaseError> {
+            ) -> Result<Answer, idem::phased::PhaseError> {
                 let _ = account;
                 super::big_answer(&mut phases, &runs).await
             }

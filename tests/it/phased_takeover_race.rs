@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use actix_web::{post, web};
 use axum::{Extension, Router};
 use futures_util::future::{join_all, select};
-use idem::PhaseError;
+use idem::phased::PhaseError;
 use phased_support::{Answer, Gate, PAST_LEASE, create_effects, effect, effects, recorded_phases};
 use support::app::Account;
 use support::{ALICE, Env, Reply, post};

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use idem::{Message, Relay, RelayHandle};
+use idem::outbox::{Message, Relay, RelayHandle};
 use sqlx::Pool;
 use support::{Env, TestBackend};
 

@@ -92,12 +92,12 @@ macro_rules! axum_twins {
                 phases: idem::Phases<$db>,
                 Extension(script): Extension<Arc<Script>>,
                 Extension(runs): Extension<Arc<AtomicUsize>>,
-            ) -> Result<axum::response::Response, idem::PhaseError> {
+            ) -> Result<axum::response::Response, idem::phased::PhaseError> {
                 let _ = account;
                 phases
                     .run("first", async |_tx| {
                         runs.fetch_add(1, Ordering::SeqCst);
-                        Ok::<_, idem::PhaseError>(())
+                        Ok::<_, idem::phased::PhaseError>(())
                     })
                     .await?;
                 Ok(next_phased_on_axum(&script))
@@ -217,12 +217,12 @@ async fn phased<DB: TestBackend>(
     phases: idem::Phases<DB>,
     script: web::Data<Script>,
     runs: web::Data<AtomicUsize>,
-) -> Result<HttpResponse, idem::PhaseError> {
+) -> Result<HttpResponse, idem::phased::PhaseError> {
     let _ = account;
     phases
         .run("first", async |_tx| {
             runs.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, idem::PhaseError>(())
+            Ok::<_, idem::phased::PhaseError>(())
         })
         .await?;
     let next = script.0.lock().expect("not poisoned").pop_front();

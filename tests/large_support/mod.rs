@@ -21,9 +21,12 @@ pub(crate) fn answer(size: usize) -> Vec<u8> {
 async fn phased_answer(
     phases: &mut idem::Phases<sqlx::Postgres>,
     size: usize,
-) -> Result<Vec<u8>, idem::PhaseError> {
+) -> Result<Vec<u8>, idem::phased::PhaseError> {
     phases
-        .run("answered", async |_tx| Ok::<_, idem::PhaseError>(()))
+        .run(
+            "answered",
+            async |_tx| Ok::<_, idem::phased::PhaseError>(()),
+        )
         .await?;
     Ok(answer(size))
 }
@@ -34,14 +37,14 @@ async fn phased_answer(
 pub(crate) async fn phased_effect(
     phases: &mut idem::Phases<sqlx::Postgres>,
     size: usize,
-) -> Result<Vec<u8>, idem::PhaseError> {
+) -> Result<Vec<u8>, idem::phased::PhaseError> {
     phases
         .run("effect", async |mut tx| {
             sqlx::raw_sql("INSERT INTO effects DEFAULT VALUES")
                 .execute(&mut *tx)
                 .await
                 .map(drop)
-                .map_err(idem::PhaseError::from)
+                .map_err(idem::phased::PhaseError::from)
         })
         .await?;
     Ok(answer(size))
@@ -72,7 +75,7 @@ mod on_actix {
         account: Account,
         size: web::Path<usize>,
         phases: idem::Phases<sqlx::Postgres>,
-    ) -> Result<Vec<u8>, idem::PhaseError> {
+    ) -> Result<Vec<u8>, idem::phased::PhaseError> {
         let _ = account;
         phased_answer(&mut phases, size.into_inner()).await
     }
@@ -102,7 +105,7 @@ mod on_axum {
         account: Account,
         Path(size): Path<usize>,
         phases: idem::Phases<sqlx::Postgres>,
-    ) -> Result<Vec<u8>, idem::PhaseError> {
+    ) -> Result<Vec<u8>, idem::phased::PhaseError> {
         let _ = account;
         phased_answer(&mut phases, size).await
     }

@@ -59,7 +59,7 @@ async fn run_operation<DB: ModelStore>(
     body: &OpBody,
     outcome: Outcome,
     control: &Control,
-) -> Result<Answer, idem::PhaseError> {
+) -> Result<Answer, idem::phased::PhaseError> {
     let derived = phases.derived_key("charge");
     if outcome == Outcome::DiesBeforeA {
         match control.die().await {}
@@ -67,7 +67,7 @@ async fn run_operation<DB: ModelStore>(
     let a: String = phases
         .run("a", async |mut tx| {
             DB::effect(&mut tx, scope, &body.tag, "a", &derived).await?;
-            Ok::<_, idem::PhaseError>(derived.clone())
+            Ok::<_, idem::phased::PhaseError>(derived.clone())
         })
         .await?;
     // Lets concurrent duplicates interleave between the phases.
@@ -87,7 +87,7 @@ async fn run_operation<DB: ModelStore>(
             let payload =
                 serde_json::json!({ "scope": scope, "tag": body.tag, "derived": derived });
             tx.enqueue("model", &payload).await?;
-            Ok::<_, idem::PhaseError>(derived.clone())
+            Ok::<_, idem::phased::PhaseError>(derived.clone())
         })
         .await?;
     if outcome == Outcome::DiesAfterB {
@@ -109,7 +109,7 @@ pub(crate) async fn operation<DB: ModelStore>(
     body: web::Json<OpBody>,
     req: HttpRequest,
     control: web::Data<Control>,
-) -> Result<Answer, idem::PhaseError> {
+) -> Result<Answer, idem::phased::PhaseError> {
     let outcome = Outcome::from_header(req.headers().get("x-outcome").map(|v| v.as_bytes()));
     run_operation(account.id(), &mut phases, &body, outcome, &control).await
 }
@@ -127,7 +127,7 @@ macro_rules! axum_route {
                 headers: HeaderMap,
                 Extension(control): Extension<Arc<Control>>,
                 Json(body): Json<OpBody>,
-            ) -> Result<Answer, idem::PhaseError> {
+            ) -> Result<Answer, idem::phased::PhaseError> {
                 let outcome = Outcome::from_header(headers.get("x-outcome").map(|v| v.as_bytes()));
                 run_operation(account.id(), &mut phases, &body, outcome, &control).await
             }

@@ -148,8 +148,8 @@ impl<DB: ModelStore> Run<'_, DB> {
                 let reached = Arc::new(Notify::new());
                 let signal = Arc::clone(&reached);
                 let deliveries = Arc::clone(&self.deliveries);
-                let relay = idem::Relay::new(self.env.pool.clone()).batch_size(2);
-                let dying = move |message: idem::Message| {
+                let relay = idem::outbox::Relay::new(self.env.pool.clone()).batch_size(2);
+                let dying = move |message: idem::outbox::Message| {
                     lock(&deliveries).in_flight.insert(message.id().to_owned());
                     signal.notify_one();
                     std::future::pending::<Result<(), Infallible>>()
@@ -185,7 +185,7 @@ impl<DB: ModelStore> Run<'_, DB> {
     /// message delivered while its other delivery is still running.
     async fn relay_round(&self) -> Result<usize, TestCaseError> {
         let deliveries = Arc::clone(&self.deliveries);
-        let handler = move |message: idem::Message| {
+        let handler = move |message: idem::outbox::Message| {
             let deliveries = Arc::clone(&deliveries);
             async move {
                 let id = message.id().to_owned();
@@ -202,8 +202,8 @@ impl<DB: ModelStore> Run<'_, DB> {
                 Ok::<_, Infallible>(())
             }
         };
-        let first = idem::Relay::new(self.env.pool.clone()).batch_size(2);
-        let second = idem::Relay::new(self.env.pool.clone()).batch_size(2);
+        let first = idem::outbox::Relay::new(self.env.pool.clone()).batch_size(2);
+        let second = idem::outbox::Relay::new(self.env.pool.clone()).batch_size(2);
         let (a, b) =
             futures_util::join!(first.deliver_once(&handler), second.deliver_once(&handler));
         let taken = a

@@ -116,7 +116,7 @@ pub(crate) async fn move_time<DB: ModelStore>(pool: &Pool<DB>, column: &str, sco
 
 /// One pass of the expiry sweep, as the runtime's background task runs it.
 pub(crate) async fn sweep<DB: ModelStore>(pool: &Pool<DB>) -> Result<(), TestCaseError> {
-    idem::Expiry::new(pool.clone())
+    idem::admin::Expiry::new(pool.clone())
         .sweep_once()
         .await
         .map(drop)

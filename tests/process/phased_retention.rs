@@ -40,7 +40,7 @@ async fn late_retry<DB: TestBackend>(point: &str, provider_requests: i64) {
     DB::expire_key(&pool, &key).await;
 
     // The sweep runs before the client is back: the key is the record that money moved.
-    let report = idem::Expiry::new(pool.clone())
+    let report = idem::admin::Expiry::new(pool.clone())
         .sweep_once()
         .await
         .expect("sweep");
@@ -48,9 +48,9 @@ async fn late_retry<DB: TestBackend>(point: &str, provider_requests: i64) {
         report.rows_deleted, 0,
         "{point}: the sweep keeps the unfinished key"
     );
-    let stranded = idem::stranded_keys(&pool, 10).await.expect("list");
+    let stranded = idem::admin::stranded_keys(&pool, 10).await.expect("list");
     assert_eq!(stranded.len(), 1, "{point}: listed for operators");
-    let stats = idem::key_stats(&pool).await.expect("stats");
+    let stats = idem::admin::key_stats(&pool).await.expect("stats");
     assert_eq!(stats.stranded, 1, "{point}: counted");
     assert!(stats.oldest_stranded.is_some());
 
@@ -81,13 +81,13 @@ async fn late_retry<DB: TestBackend>(point: &str, provider_requests: i64) {
 
     // Completed now, and kept for a retention from its completion: a sweep right after
     // does not delete it, and the next retry is a replay, not a second operation.
-    let report = idem::Expiry::new(pool.clone())
+    let report = idem::admin::Expiry::new(pool.clone())
         .sweep_once()
         .await
         .expect("sweep");
     assert_eq!(report.rows_deleted, 0, "{point}: the completed key is kept");
     assert!(
-        idem::stranded_keys(&pool, 10)
+        idem::admin::stranded_keys(&pool, 10)
             .await
             .expect("list")
             .is_empty()
@@ -127,7 +127,7 @@ async fn an_operator_resolves_a_stranded_key_with_an_answer<DB: TestBackend>() {
     crash_at::<DB>(&url, "charged", "resolve-me", &body).await;
     DB::expire_key(&pool, "resolve-me").await;
 
-    let stranded = idem::stranded_keys(&pool, 10).await.expect("list");
+    let stranded = idem::admin::stranded_keys(&pool, 10).await.expect("list");
     let [key] = stranded.as_slice() else {
         panic!("one stranded key: {stranded:?}");
     };
@@ -148,31 +148,31 @@ async fn an_operator_resolves_a_stranded_key_with_an_answer<DB: TestBackend>() {
     assert_eq!(at_provider, [key.derived_key("charge")]);
 
     let answer = br#"{"state":"succeeded","resolved":"by support"}"#;
-    idem::resolve_key(
+    idem::admin::resolve_key(
         &pool,
         &key.scope,
         &key.key,
-        &idem::Resolution::completed(201, "application/json", answer.to_vec()),
+        &idem::admin::Resolution::completed(201, "application/json", answer.to_vec()),
         Duration::from_secs(24 * 3600),
     )
     .await
     .expect("resolve");
     assert!(
-        idem::stranded_keys(&pool, 10)
+        idem::admin::stranded_keys(&pool, 10)
             .await
             .expect("list")
             .is_empty()
     );
-    let again = idem::resolve_key(
+    let again = idem::admin::resolve_key(
         &pool,
         &key.scope,
         &key.key,
-        &idem::Resolution::failed("refunded"),
+        &idem::admin::Resolution::failed("refunded"),
         Duration::from_secs(60),
     )
     .await;
     assert!(
-        matches!(again, Err(idem::ResolveError::AlreadyCompleted)),
+        matches!(again, Err(idem::admin::ResolveError::AlreadyCompleted)),
         "{again:?}"
     );
 
@@ -204,11 +204,11 @@ async fn an_operator_marks_a_stranded_key_failed<DB: TestBackend>() {
     let body = payment_json(990, "USD");
     crash_at::<DB>(&url, "payment_created", "fail-me", &body).await;
     DB::expire_key(&pool, "fail-me").await;
-    idem::resolve_key(
+    idem::admin::resolve_key(
         &pool,
         &ALICE.to_string(),
         "fail-me",
-        &idem::Resolution::failed("the payment was cancelled by support"),
+        &idem::admin::Resolution::failed("the payment was cancelled by support"),
         Duration::from_secs(3600),
     )
     .await
@@ -258,28 +258,28 @@ async fn a_key_in_a_lease_cannot_be_resolved<DB: TestBackend>() {
     let body = payment_json(100, "EUR");
     crash_at::<DB>(&url, "payment_created", "leased", &body).await;
     // The crashed attempt's lease (3 s in the example) is still running.
-    let resolved = idem::resolve_key(
+    let resolved = idem::admin::resolve_key(
         &pool,
         &ALICE.to_string(),
         "leased",
-        &idem::Resolution::failed("no"),
+        &idem::admin::Resolution::failed("no"),
         Duration::from_secs(60),
     )
     .await;
     assert!(
-        matches!(resolved, Err(idem::ResolveError::InLease)),
+        matches!(resolved, Err(idem::admin::ResolveError::InLease)),
         "{resolved:?}"
     );
-    let missing = idem::resolve_key(
+    let missing = idem::admin::resolve_key(
         &pool,
         &ALICE.to_string(),
         "no-such-key",
-        &idem::Resolution::failed("no"),
+        &idem::admin::Resolution::failed("no"),
         Duration::from_secs(60),
     )
     .await;
     assert!(
-        matches!(missing, Err(idem::ResolveError::NotFound)),
+        matches!(missing, Err(idem::admin::ResolveError::NotFound)),
         "{missing:?}"
     );
 }

@@ -221,11 +221,11 @@ impl NewPayment {
 
 /// Starts the relay that delivers receipts from idem's outbox into `receipts`. Delivery
 /// is at least once; the message id deduplicates, and `deliveries` counts repeats.
-pub(crate) fn spawn_relay<DB: PaymentStore>(pool: Pool<DB>) -> idem::RelayHandle {
+pub(crate) fn spawn_relay<DB: PaymentStore>(pool: Pool<DB>) -> idem::outbox::RelayHandle {
     let sink = pool.clone();
-    idem::Relay::new(pool)
+    idem::outbox::Relay::new(pool)
         .poll_interval(Duration::from_millis(200))
-        .spawn(move |message: idem::Message| {
+        .spawn(move |message: idem::outbox::Message| {
             let sink = sink.clone();
             async move { deliver_receipt(&sink, &message).await }
         })
@@ -233,7 +233,7 @@ pub(crate) fn spawn_relay<DB: PaymentStore>(pool: Pool<DB>) -> idem::RelayHandle
 
 async fn deliver_receipt<DB: PaymentStore>(
     pool: &Pool<DB>,
-    message: &idem::Message,
+    message: &idem::outbox::Message,
 ) -> Result<(), sqlx::Error> {
     if message.topic() != RECEIPTS_TOPIC {
         // Not ours: handled means "nothing to do", so it is not offered again.
@@ -266,7 +266,7 @@ pub(crate) enum PaymentError {
     Database(sqlx::Error),
     /// idem could not run or record a phase; idem answers for it (each binary sends idem's
     /// own problem through its framework).
-    Phase(idem::PhaseError),
+    Phase(idem::phased::PhaseError),
 }
 
 impl PaymentError {
@@ -329,9 +329,9 @@ impl PaymentError {
         }
     }
 
-    /// The answer to send, or the [`idem::PhaseError`] whose own answer idem gives; the
+    /// The answer to send, or the [`idem::phased::PhaseError`] whose own answer idem gives; the
     /// database's and the provider's failures are logged here.
-    pub(crate) fn problem(&self) -> Result<Problem, &idem::PhaseError> {
+    pub(crate) fn problem(&self) -> Result<Problem, &idem::phased::PhaseError> {
         match self {
             Self::Database(error) => tracing::error!(%error, "payments: database error"),
             Self::Provider(detail) => tracing::warn!(detail, "payments: provider failed"),
@@ -364,8 +364,8 @@ impl From<sqlx::Error> for PaymentError {
 }
 
 /// Lets `?` pass idem's phase failures up; idem replaces the response with its own.
-impl From<idem::PhaseError> for PaymentError {
-    fn from(error: idem::PhaseError) -> Self {
+impl From<idem::phased::PhaseError> for PaymentError {
+    fn from(error: idem::phased::PhaseError) -> Self {
         Self::Phase(error)
     }
 }

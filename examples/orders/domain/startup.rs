@@ -202,7 +202,7 @@ async fn serve<S: Server<DB>, DB: PaymentStore + WebhookStore>(
     let relay = spawn_relay(pool.clone());
     // Keys past their retention are deleted in short batches; without this task the key
     // table only grows.
-    let expiry = idem::Expiry::new(pool.clone()).spawn();
+    let expiry = idem::admin::Expiry::new(pool.clone()).spawn();
     let service = Service {
         idem: idem::Idem::new(pool),
         listener,

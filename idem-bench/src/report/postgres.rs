@@ -360,9 +360,9 @@ pub(super) fn markdown(results: &Results, pg: &PostgresResults) -> String {
                 None => String::new(),
             },
             o.sweep_pace
-                .map_or(idem::Expiry::DEFAULT_BATCH_SIZE, |(rows, _)| rows),
+                .map_or(idem::admin::Expiry::DEFAULT_BATCH_SIZE, |(rows, _)| rows),
             o.sweep_pace
-                .map_or(idem::Expiry::DEFAULT_PAUSE, |(_, pause)| pause)
+                .map_or(idem::admin::Expiry::DEFAULT_PAUSE, |(_, pause)| pause)
                 .as_millis(),
             live.rows_during
         );

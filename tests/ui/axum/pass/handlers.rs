@@ -57,14 +57,14 @@ async fn create_payment(
     account: Extension<i64>,
     phases: idem::Phases<sqlx::Postgres>,
     body: String,
-) -> Result<impl IntoResponse, idem::PhaseError> {
+) -> Result<impl IntoResponse, idem::phased::PhaseError> {
     let payment: Payment = phases
         .run("payment_created", async |mut tx| {
             let id = sqlx::query_scalar("INSERT INTO payments (account_id) VALUES ($1) RETURNING id")
                 .bind(account.0)
                 .fetch_one(&mut *tx)
                 .await?;
-            Ok::<_, idem::PhaseError>(Payment { id })
+            Ok::<_, idem::phased::PhaseError>(Payment { id })
         })
         .await?;
     let _ = (phases.derived_key("charge"), body);
