@@ -129,7 +129,7 @@ impl<DB: Backend, Sc> IdempotencyLayer<DB, Sc> {
             policy.handler()
         );
         assert!(
-            !Sc::SIGNED_SENDER || policy.key_is_signed(),
+            !Sc::SIGNED_SENDER || crate::protocol::webhook::key_is_signed(policy),
             "the policy of `{}` is scoped by a signed webhook but takes its key from {}, which \
              the sender did not sign: anyone holding one captured delivery could resend it \
              under fresh keys and run the handler each time; declare the policy with \

@@ -116,7 +116,7 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
     /// why it cannot.
     pub(crate) fn identify(&self, scope: &str) -> Result<Identity<'_>, (Problem, Outcome)> {
         let signed = is_signed_sender(scope);
-        if signed && !self.policy.key_is_signed() {
+        if signed && !crate::protocol::webhook::key_is_signed(self.policy) {
             // `#[idempotent]` refuses this at compile time where the scope's type is
             // written `SignedWebhook`, and the layer when it is built; a type alias gets
             // here.
@@ -263,12 +263,8 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         conn: &mut DB::Connection,
         claim: &ClaimRequest<'_>,
     ) -> Option<Done<W>> {
-        let legacy = legacy_sender_scope(claim.scope)?;
-        let fingerprint =
-            Fingerprint::of_request(self.method, claim.path, self.headers, self.content).ok()?;
-        let legacy = ClaimRequest {
-            scope: legacy,
-            fingerprint: *fingerprint.as_bytes(),
+        let mut legacy = ClaimRequest {
+            scope: legacy_sender_scope(claim.scope)?,
             ..*claim
         };
         let found = match timed!(self.policy, "read", DB::read_key(conn, &legacy)) {
@@ -283,6 +279,10 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         if !found.key.completed {
             return Some(answer::<W>(in_progress()));
         }
+        // Fingerprinted as that version did, only now that there is a row to compare with.
+        let fingerprint =
+            Fingerprint::of_request(self.method, claim.path, self.headers, self.content).ok()?;
+        legacy.fingerprint = *fingerprint.as_bytes();
         Some(self.answer_existing(found.key, &legacy))
     }
 

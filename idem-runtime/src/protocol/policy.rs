@@ -88,19 +88,6 @@ impl Policy {
         self.key
     }
 
-    /// Whether the key is what a signed webhook's sender signed: the `webhook-id` header,
-    /// or a field of the (signed) body.
-    pub(crate) fn key_is_signed(&self) -> bool {
-        use crate::protocol::key::KeySource;
-        match self.key {
-            Some(KeySource::Header(name)) => {
-                name.eq_ignore_ascii_case(crate::protocol::webhook::WEBHOOK_ID.as_str())
-            }
-            Some(KeySource::Json(_)) => true,
-            None => false,
-        }
-    }
-
     /// The same policy in the phased form, with its `lease` in milliseconds.
     ///
     /// ```

@@ -22,6 +22,16 @@ pub use verify::{
     WebhookRejected, WebhookVerifier,
 };
 
+/// Whether `policy`'s key is what a signed webhook's sender signed: the `webhook-id`
+/// header, or a field of the (signed) body.
+pub(crate) fn key_is_signed(policy: &Policy) -> bool {
+    match policy.key_source() {
+        Some(KeySource::Header(name)) => name.eq_ignore_ascii_case(WEBHOOK_ID.as_str()),
+        Some(KeySource::Json(_)) => true,
+        None => false,
+    }
+}
+
 /// The request's key as `policy` says where it is; for a problem, the answer and the
 /// outcome to record.
 pub(crate) fn key_of(
