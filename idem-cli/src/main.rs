@@ -13,7 +13,8 @@
 //!
 //! `audit` reads the application's sources and needs no database (its JSON schema is in
 //! the `audit` module's docs and in `idem audit --help`). For the others, the database
-//! is `--database-url` or `DATABASE_URL`. Results go to stdout; an error is
+//! is `--database-url` or `DATABASE_URL`; `stats` and `inspect` read keys kept in Redis
+//! with `--redis-url` or `IDEM_REDIS_URL` instead. Results go to stdout; an error is
 //! one line on stderr and exit status 1 (2 for a usage error).
 
 mod audit;
@@ -40,6 +41,11 @@ struct Cli {
     /// PostgreSQL URL of the application's database
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     database_url: Option<String>,
+
+    /// Redis or Valkey URL, for `stats` and `inspect` of the keys an application keeps
+    /// there (any node of a cluster will do); the other commands are the database's
+    #[arg(long, env = "IDEM_REDIS_URL", hide_env_values = true, global = true)]
+    redis_url: Option<String>,
 
     #[command(subcommand)]
     command: Command,
@@ -193,6 +199,13 @@ fn fail(failure: &Failure) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Outcome {
+    if let Some(url) = cli
+        .redis_url
+        .as_deref()
+        .filter(|url| !url.trim().is_empty())
+    {
+        return on_redis(url, &cli.command).await;
+    }
     let Some(url) = cli.database_url.filter(|url| !url.trim().is_empty()) else {
         return Err(Failure(
             "no database given: pass --database-url or set DATABASE_URL".into(),
@@ -210,6 +223,45 @@ async fn run(cli: Cli) -> Outcome {
     };
     pool.close().await;
     outcome
+}
+
+/// `stats` and `inspect` on the keys in Redis. Redis expires them itself and keeps no
+/// table, so the database's other commands have nothing to do there.
+async fn on_redis(url: &str, command: &Command) -> Outcome {
+    let failed = |error: idem_runtime::redis::RedisStoreError| {
+        Failure(format!("redis at {}: {error}", show::redact_url(url)))
+    };
+    let now = std::time::SystemTime::now();
+    match command {
+        Command::Stats => {
+            let stats = idem_runtime::redis::key_stats(url).await.map_err(failed)?;
+            print!("{}", show::redis_stats(&stats, now));
+            Ok(())
+        }
+        Command::Inspect { scope, key } => {
+            match idem_runtime::redis::inspect_key(url, scope, key.as_str())
+                .await
+                .map_err(failed)?
+            {
+                Some(record) => {
+                    print!("{}", show::record(&record, now));
+                    Ok(())
+                }
+                None => Err(Failure(format!(
+                    "no key {:?} in scope {scope:?}",
+                    key.as_str()
+                ))),
+            }
+        }
+        Command::Migrate | Command::Expire(_) | Command::Stranded(_) | Command::Resolve(_) => {
+            Err(Failure(
+                "--redis-url is for `stats` and `inspect`: keys in Redis need no schema, \
+                 expire by Redis's own time to live and are never stranded past it"
+                    .into(),
+            ))
+        }
+        Command::Audit(_) => unreachable!("`main` runs the audit without a store"),
+    }
 }
 
 /// How long connecting may take before the command gives up.

@@ -3,7 +3,8 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::{KeyRecord, KeyStats, StrandedKey};
+use idem_runtime::redis::RedisKeyStats;
+use idem_runtime::{KeyRecord, KeyStats, StateCount, StrandedKey};
 
 /// Most bytes of a stored body `inspect` shows.
 const BODY_PREVIEW: usize = 160;
@@ -11,20 +12,7 @@ const BODY_PREVIEW: usize = 160;
 /// The report of `idem stats`.
 pub(crate) fn stats(stats: &KeyStats, now: SystemTime) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<12}{:>12}{:>12}{:>12}{:>12}{:>12}",
-        "keys", "total", "< 1 h", "1 h - 1 d", "1 d - 7 d", "> 7 d"
-    );
-    for state in &stats.states {
-        let a = &state.ages;
-        let _ = writeln!(
-            out,
-            "{:<12}{:>12}{:>12}{:>12}{:>12}{:>12}",
-            state.state, a.total, a.last_hour, a.last_day, a.last_week, a.older
-        );
-    }
-    let _ = writeln!(out, "{:<12}{:>12}", "all", stats.total());
+    state_table(&mut out, &stats.states, stats.total());
     let _ = writeln!(out);
     let _ = writeln!(out, "due for deletion    {}", stats.deletable);
     let _ = writeln!(out, "in a lease          {}", stats.in_lease);
@@ -80,6 +68,62 @@ pub(crate) fn stats(stats: &KeyStats, now: SystemTime) -> String {
         let _ = writeln!(out, "  {:<26}{}", index.name, bytes(index.bytes));
     }
     out
+}
+
+/// The report of `idem stats --redis-url`: the same table of states and ages, and what
+/// Redis has instead of a sweep and a table.
+pub(crate) fn redis_stats(stats: &RedisKeyStats, now: SystemTime) -> String {
+    let mut out = String::new();
+    state_table(&mut out, &stats.states, stats.total());
+    let _ = writeln!(out);
+    let _ = writeln!(out, "in a lease          {}", stats.in_lease);
+    let _ = writeln!(
+        out,
+        "resumable           {} (lease ended; the next retry takes over)",
+        stats.resumable
+    );
+    match &stats.oldest_in_progress {
+        None => {
+            let _ = writeln!(out, "oldest in progress  none");
+        }
+        Some(key) => {
+            let _ = writeln!(
+                out,
+                "oldest in progress  scope {:?} key {:?} at {:?}, created {} ({})",
+                key.scope,
+                key.key,
+                key.recovery_point,
+                timestamp(key.created_at),
+                relative(key.created_at, now)
+            );
+        }
+    }
+    let _ = writeln!(out, "not idem's          {}", stats.foreign);
+    let _ = writeln!(out, "without expiry      {}", stats.without_expiry);
+    let _ = writeln!(
+        out,
+        "records             {} (expired by Redis; nothing to sweep)",
+        bytes(stats.record_bytes)
+    );
+    out
+}
+
+/// Keys by state and age, one line a state, then the total.
+fn state_table(out: &mut String, states: &[StateCount], total: u64) {
+    let _ = writeln!(
+        out,
+        "{:<12}{:>12}{:>12}{:>12}{:>12}{:>12}",
+        "keys", "total", "< 1 h", "1 h - 1 d", "1 d - 7 d", "> 7 d"
+    );
+    for state in states {
+        let a = &state.ages;
+        let _ = writeln!(
+            out,
+            "{:<12}{:>12}{:>12}{:>12}{:>12}{:>12}",
+            state.state, a.total, a.last_hour, a.last_day, a.last_week, a.older
+        );
+    }
+    let _ = writeln!(out, "{:<12}{:>12}", "all", total);
 }
 
 /// The report of `idem stranded`: each key, what committed, and the derived keys an

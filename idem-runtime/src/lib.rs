@@ -30,7 +30,8 @@ pub mod redis {
     //! Keys in Redis cannot commit with database writes: an endpoint that writes to a
     //! database keeps its keys in PostgreSQL or SQLite. See [`RedisStore`].
     pub use crate::store::redis::{
-        Attempt, RedisClaim, RedisRequest, RedisStore, RedisStoreError, Released, StoredAnswer,
+        Attempt, RedisClaim, RedisKeyStats, RedisRequest, RedisStore, RedisStoreError, Released,
+        StoredAnswer, inspect_key, key_stats,
     };
 }
 pub mod registry;

@@ -14,7 +14,7 @@
 //!
 //! | key | holds | time to live |
 //! | --- | --- | --- |
-//! | `idem:{scope:key}` | hash: mark, fingerprint, method, path, state, token, generation, recovery point, answer | the retention |
+//! | `idem:{scope:key}` | hash: mark, fingerprint, method, path, state, token, generation, creation time (server clock), recovery point, answer | the retention |
 //! | `idem:{scope:key}:lease` | the token of the attempt holding the lease | the lease |
 //! | `idem:{scope:key}:token` | the key's fencing counter (`INCR`) | retention and lease, renewed |
 //! | `idem:{scope:key}:phases` | list of the phases recorded, in order | as the record |
@@ -29,8 +29,11 @@ use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::{RedisError, Script, Value};
 use bytes::Bytes;
 
+mod admin;
 mod keys;
 mod reply;
+
+pub use admin::{RedisKeyStats, inspect_key, key_stats};
 
 use keys::KeyNames;
 use reply::Reply;
@@ -114,7 +117,11 @@ impl RedisStore<ConnectionManager> {
     /// command; a command that cannot reach the server fails within about two seconds
     /// rather than waiting ([`RedisStoreError::is_unavailable`]).
     pub async fn connect(url: &str) -> Result<Self, RedisStoreError> {
-        let client = ::redis::Client::open(url)?;
+        Self::connect_to(url).await
+    }
+
+    async fn connect_to(info: impl ::redis::IntoConnectionInfo) -> Result<Self, RedisStoreError> {
+        let client = ::redis::Client::open(info)?;
         let config = ConnectionManagerConfig::new()
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))

@@ -9,8 +9,11 @@ if state == 'none' then
   local token = next_token(KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]))
   -- A list left by an earlier life of the key is not this one's.
   redis.call('DEL', KEYS[4])
+  -- The server's clock in milliseconds, for the operator's view of the key's age.
+  local now = redis.call('TIME')
+  local created = now[1] .. string.sub('00000' .. now[2], -6, -4)
   redis.call('HSET', record, 'idem', '1', 'fp', ARGV[1], 'method', ARGV[2], 'path', ARGV[3],
-    'state', 'started', 'token', token, 'gen', token)
+    'state', 'started', 'token', token, 'gen', token, 'created', created)
   redis.call('PEXPIRE', record, ARGV[5])
   redis.call('SET', KEYS[3], token, 'PX', ARGV[4])
   return {'claimed', token}
