@@ -205,7 +205,7 @@ async fn connections_give_back_what_a_large_answer_grew_them_to() {
                 );
             }
             // Printed, not asserted: sqlx's read may copy a large row once more, or not,
-            // depending on how its bytes arrive from the socket (BENCHMARKS.md, issue 18).
+            // depending on how its bytes arrive from the socket (docs/benchmarks-history.md, issue 18).
             eprintln!(
                 "{case}: at most {} bytes alive at once during the replay",
                 large.replay_peak
