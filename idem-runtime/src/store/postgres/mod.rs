@@ -105,9 +105,9 @@ pub(super) const MIGRATION_LOCK: i64 = 0x6964_656d_5f6d_6967;
 /// The result has three columns: the generation, the existing row's request and response
 /// head as one record (NULL when the insert won), and the body, because PostgreSQL builds
 /// each plan node's projection column by column on every execution (the cost is measured
-/// in docs/benchmarks-history.md, "A second look"). The body stays a column of its own, so that a
-/// replay's body is a share of the row's buffer (`StoredBytes`); a record's fields are
-/// decoded from copies.
+/// in docs/benchmarks-history.md, "A second look"). The body stays a column of its own, so
+/// that a replay's body is a share of the row's buffer (`StoredBytes`); a record's fields
+/// are decoded from copies.
 pub const CLAIM: &str = concat!(
     "WITH cfg AS MATERIALIZED (",
     claim_lock_timeout!("$7"),
