@@ -25,7 +25,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use idem_runtime::{Expiry, IdempotencyKey, SchemaStatus};
+use idem_runtime::IdempotencyKey;
+use idem_runtime::admin::{Expiry, SchemaStatus};
 use indicatif::{ProgressBar, ProgressStyle};
 use sqlx::Connection;
 use sqlx::PgPool;
@@ -292,7 +293,7 @@ async fn connect(url: &str) -> Result<PgPool, Failure> {
 
 /// Refuses to work on a schema this build does not know: its SQL could be wrong there.
 async fn require_current_schema(pool: &PgPool) -> Outcome {
-    let status = idem_runtime::schema_status(pool).await?;
+    let status = idem_runtime::admin::schema_status(pool).await?;
     if status.is_current() {
         return Ok(());
     }
@@ -308,7 +309,7 @@ fn remedy(status: &SchemaStatus) -> &'static str {
 }
 
 async fn migrate(pool: &PgPool) -> Outcome {
-    let before = idem_runtime::schema_status(pool).await?;
+    let before = idem_runtime::admin::schema_status(pool).await?;
     match before {
         SchemaStatus::Current { version } => {
             println!("idem's schema is current (version {version}); nothing to apply");
@@ -319,7 +320,7 @@ async fn migrate(pool: &PgPool) -> Outcome {
         other => return Err(Failure(format!("{other}: {}", remedy(&other)))),
     }
     idem_runtime::migrate(pool).await?;
-    match idem_runtime::schema_status(pool).await? {
+    match idem_runtime::admin::schema_status(pool).await? {
         SchemaStatus::Current { version } => {
             println!("applied idem's schema; now at version {version}");
             Ok(())
@@ -400,14 +401,14 @@ fn progress_bar(due: u64) -> ProgressBar {
 
 async fn stats(pool: &PgPool) -> Outcome {
     require_current_schema(pool).await?;
-    let stats = idem_runtime::key_stats(pool).await?;
+    let stats = idem_runtime::admin::key_stats(pool).await?;
     print!("{}", show::stats(&stats, std::time::SystemTime::now()));
     Ok(())
 }
 
 async fn inspect(pool: &PgPool, scope: &str, key: &IdempotencyKey) -> Outcome {
     require_current_schema(pool).await?;
-    match idem_runtime::inspect_key(pool, scope, key.as_str()).await? {
+    match idem_runtime::admin::inspect_key(pool, scope, key.as_str()).await? {
         Some(record) => {
             print!("{}", show::record(&record, std::time::SystemTime::now()));
             Ok(())
@@ -421,7 +422,7 @@ async fn inspect(pool: &PgPool, scope: &str, key: &IdempotencyKey) -> Outcome {
 
 async fn stranded(pool: &PgPool, args: &StrandedArgs) -> Outcome {
     require_current_schema(pool).await?;
-    let keys = idem_runtime::stranded_keys(pool, args.limit).await?;
+    let keys = idem_runtime::admin::stranded_keys(pool, args.limit).await?;
     print!(
         "{}",
         show::stranded(&keys, &args.steps, std::time::SystemTime::now())
@@ -432,7 +433,7 @@ async fn stranded(pool: &PgPool, args: &StrandedArgs) -> Outcome {
 async fn resolve(pool: &PgPool, args: &ResolveArgs) -> Outcome {
     require_current_schema(pool).await?;
     let resolution = match (&args.failed, args.status) {
-        (Some(detail), _) => idem_runtime::Resolution::failed(detail),
+        (Some(detail), _) => idem_runtime::admin::Resolution::failed(detail),
         (None, Some(status)) => {
             let content_type = args.content_type.as_deref().unwrap_or_default();
             // What an HTTP header value may hold (visible ASCII, spaces and tabs).
@@ -450,11 +451,11 @@ async fn resolve(pool: &PgPool, args: &ResolveArgs) -> Outcome {
                 .unwrap_or(std::path::Path::new(""));
             let body = std::fs::read(path)
                 .map_err(|error| Failure(format!("cannot read {}: {error}", path.display())))?;
-            idem_runtime::Resolution::completed(status, content_type, body)
+            idem_runtime::admin::Resolution::completed(status, content_type, body)
         }
         (None, None) => unreachable!("clap requires --failed or --status"),
     };
-    idem_runtime::resolve_key(pool, &args.scope, args.key.as_str(), &resolution, args.keep)
+    idem_runtime::admin::resolve_key(pool, &args.scope, args.key.as_str(), &resolution, args.keep)
         .await
         .map_err(|error| {
             Failure(format!(

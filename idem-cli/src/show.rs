@@ -3,8 +3,8 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use idem_runtime::admin::{KeyRecord, KeyStats, StateCount, StrandedKey};
 use idem_runtime::redis::RedisKeyStats;
-use idem_runtime::{KeyRecord, KeyStats, StateCount, StrandedKey};
 
 /// Most bytes of a stored body `inspect` shows.
 const BODY_PREVIEW: usize = 160;

@@ -13,8 +13,10 @@ async fn migrate_applies_the_schema_once() {
         "{out}"
     );
     assert_eq!(
-        idem_runtime::schema_status(&pool).await.expect("status"),
-        idem_runtime::SchemaStatus::Current {
+        idem_runtime::admin::schema_status(&pool)
+            .await
+            .expect("status"),
+        idem_runtime::admin::SchemaStatus::Current {
             version: out
                 .trim()
                 .rsplit(' ')
@@ -38,7 +40,7 @@ async fn the_url_may_come_from_database_url() {
     let (db, pool) = fresh().await;
     idem(&["migrate"], &[("DATABASE_URL", db.url())]).success();
     assert!(
-        idem_runtime::schema_status(&pool)
+        idem_runtime::admin::schema_status(&pool)
             .await
             .expect("status")
             .is_current()

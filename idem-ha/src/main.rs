@@ -368,7 +368,10 @@ async fn check(ha: &Ha, services: &workload::Services, acked: &[Acked]) -> Resul
     .await
     .map_err(|e| e.to_string())?
     .rows_affected();
-    match idem_runtime::Expiry::new(pool.clone()).sweep_once().await {
+    match idem_runtime::admin::Expiry::new(pool.clone())
+        .sweep_once()
+        .await
+    {
         Ok(sweep) => report.expired = (sweep.rows_deleted, moved),
         Err(e) => report.expiry_error = Some(e.to_string()),
     }

@@ -21,10 +21,10 @@ use crate::store::Backend;
 /// - a concurrent delivery of the same message waits for the first one's transaction
 ///   and then sees the row (or, if it rolled back, processes the message).
 ///
-/// It serves idem's own [`Relay`](crate::Relay) messages consumed in another service (by
-/// [`Message::id`](crate::Message::id)), and any broker's message ids. Entries are kept
+/// It serves idem's own [`Relay`](crate::outbox::Relay) messages consumed in another service (by
+/// [`Message::id`](crate::outbox::Message::id)), and any broker's message ids. Entries are kept
 /// for the [`retention`](Self::retention) (7 days by default; longer than the broker's
-/// redelivery horizon), then deleted by the [`Expiry`](crate::Expiry) task; a message
+/// redelivery horizon), then deleted by the [`Expiry`](crate::admin::Expiry) task; a message
 /// redelivered after that counts as new.
 ///
 /// ```

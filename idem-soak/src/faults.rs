@@ -375,7 +375,7 @@ async fn jump(pool: &sqlx::PgPool, share: f64, at: Duration) -> Jump {
             };
         }
     };
-    let sweep = idem_runtime::Expiry::new(pool.clone())
+    let sweep = idem_runtime::admin::Expiry::new(pool.clone())
         .sweep_once()
         .await
         .map(|report| (report.rows_deleted, report.batches))

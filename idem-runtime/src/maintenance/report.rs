@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 /// What one sweep did.
 ///
 /// ```no_run
-/// # async fn sweep(pool: sqlx::PgPool) -> Result<(), idem_runtime::SweepError> {
-/// let report = idem_runtime::Expiry::new(pool).sweep_once().await?;
+/// # async fn sweep(pool: sqlx::PgPool) -> Result<(), idem_runtime::admin::SweepError> {
+/// let report = idem_runtime::admin::Expiry::new(pool).sweep_once().await?;
 /// println!(
 ///     "{} rows in {} batches, {:?} (longest batch {:?})",
 ///     report.rows_deleted, report.batches, report.duration, report.longest_batch
@@ -29,7 +29,7 @@ pub struct SweepReport {
     /// The slowest batch: the longest any batch held its row locks.
     pub longest_batch: Duration,
     /// Keys in progress past their retention, counted after the sweep: the sweep never
-    /// deletes them (see [`stranded_keys`](crate::stranded_keys)).
+    /// deletes them (see [`stranded_keys`](crate::admin::stranded_keys)).
     pub stranded: u64,
     /// When the oldest of them was claimed.
     pub oldest_stranded: Option<SystemTime>,
@@ -39,7 +39,7 @@ pub struct SweepReport {
 ///
 /// ```no_run
 /// # async fn sweep(pool: sqlx::PgPool) {
-/// if let Err(error) = idem_runtime::Expiry::new(pool).sweep_once().await {
+/// if let Err(error) = idem_runtime::admin::Expiry::new(pool).sweep_once().await {
 ///     eprintln!("{error} ({} rows deleted before)", error.report().rows_deleted);
 /// }
 /// # }
@@ -54,7 +54,7 @@ impl SweepError {
     /// What the sweep did before it failed.
     ///
     /// ```no_run
-    /// # fn show(error: &idem_runtime::SweepError) {
+    /// # fn show(error: &idem_runtime::admin::SweepError) {
     /// println!("{} rows deleted before the error", error.report().rows_deleted);
     /// # }
     /// ```
@@ -65,7 +65,7 @@ impl SweepError {
     /// The database error that stopped the sweep.
     ///
     /// ```no_run
-    /// # fn show(error: &idem_runtime::SweepError) {
+    /// # fn show(error: &idem_runtime::admin::SweepError) {
     /// let cause: &sqlx::Error = error.database_error();
     /// # }
     /// ```
@@ -86,11 +86,11 @@ impl std::error::Error for SweepError {
     }
 }
 
-/// Totals of an [`Expiry`](crate::Expiry)'s sweeps, to export as metrics (counters,
+/// Totals of an [`Expiry`](crate::admin::Expiry)'s sweeps, to export as metrics (counters,
 /// plus the last sweep as gauges).
 ///
 /// ```no_run
-/// # fn export(expiry: &idem_runtime::Expiry<sqlx::Postgres>) {
+/// # fn export(expiry: &idem_runtime::admin::Expiry<sqlx::Postgres>) {
 /// let stats = expiry.stats();
 /// if let Some(last) = stats.last_sweep {
 ///     println!("idem_expiry_last_sweep_seconds {}", last.duration.as_secs_f64());

@@ -22,7 +22,7 @@ impl<DB: Backend> Expiry<DB> {
     /// ```no_run
     /// # async fn start(pool: sqlx::PgPool) {
     /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    /// let task = tokio::spawn(idem_runtime::Expiry::new(pool).run(async {
+    /// let task = tokio::spawn(idem_runtime::admin::Expiry::new(pool).run(async {
     ///     let _ = stopped.await;
     /// }));
     /// // ... serve ...
@@ -50,7 +50,7 @@ impl<DB: Backend> Expiry<DB> {
     ///
     /// ```no_run
     /// # async fn start(pool: sqlx::PgPool) {
-    /// let handle = idem_runtime::Expiry::new(pool).spawn();
+    /// let handle = idem_runtime::admin::Expiry::new(pool).spawn();
     /// // ... serve; export handle.stats() ...
     /// handle.stop().await;
     /// # }
@@ -98,7 +98,7 @@ async fn run_until<DB: Backend>(expiry: Weak<Expiry<DB>>, shutdown: impl Future<
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
-/// let handle: idem_runtime::ExpiryHandle<sqlx::Postgres> = idem_runtime::Expiry::new(pool).spawn();
+/// let handle: idem_runtime::admin::ExpiryHandle<sqlx::Postgres> = idem_runtime::admin::Expiry::new(pool).spawn();
 /// handle.stop().await;
 /// # }
 /// ```
@@ -108,7 +108,7 @@ impl<DB: Backend> TaskHandle<Arc<Expiry<DB>>> {
     /// Totals of the task's sweeps so far; see [`Expiry::stats`].
     ///
     /// ```no_run
-    /// # fn export(handle: &idem_runtime::ExpiryHandle<sqlx::Postgres>) {
+    /// # fn export(handle: &idem_runtime::admin::ExpiryHandle<sqlx::Postgres>) {
     /// let stats = handle.stats();
     /// println!("idem_expiry_sweeps_total {}", stats.sweeps);
     /// println!("idem_expiry_failed_sweeps_total {}", stats.failed_sweeps);

@@ -40,8 +40,8 @@ pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), MigrateError> {
 ///
 /// ```no_run
 /// # async fn check(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// match idem_runtime::schema_status(&pool).await? {
-///     idem_runtime::SchemaStatus::Current { .. } => {}
+/// match idem_runtime::admin::schema_status(&pool).await? {
+///     idem_runtime::admin::SchemaStatus::Current { .. } => {}
 ///     other => eprintln!("{other}"),
 /// }
 /// # Ok(())
@@ -87,7 +87,7 @@ impl SchemaStatus {
     /// Whether the schema is exactly this build's.
     ///
     /// ```
-    /// use idem_runtime::SchemaStatus;
+    /// use idem_runtime::admin::SchemaStatus;
     /// assert!(SchemaStatus::Current { version: 1 }.is_current());
     /// assert!(!SchemaStatus::Missing.is_current());
     /// ```
@@ -142,7 +142,7 @@ impl fmt::Display for SchemaStatus {
 ///
 /// ```no_run
 /// # async fn check(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-/// let status = idem_runtime::schema_status(&pool).await?;
+/// let status = idem_runtime::admin::schema_status(&pool).await?;
 /// if !status.is_current() {
 ///     return Err(status.to_string().into());
 /// }

@@ -24,7 +24,7 @@ const TRACE_TARGET: &str = "idem_runtime::stranded";
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// for key in idem_runtime::stranded_keys(&pool, 100).await? {
+/// for key in idem_runtime::admin::stranded_keys(&pool, 100).await? {
 ///     println!("{} {} at {} since {:?}", key.scope, key.key, key.recovery_point, key.created_at);
 ///     for phase in &key.phases {
 ///         println!("  {}: {}", phase.name, phase.output);
@@ -64,7 +64,7 @@ impl StrandedKey {
     /// `step`: what to look the call up by at the provider.
     ///
     /// ```no_run
-    /// # fn show(key: &idem_runtime::StrandedKey) {
+    /// # fn show(key: &idem_runtime::admin::StrandedKey) {
     /// assert_eq!(key.derived_key("charge").len(), 36);
     /// # }
     /// ```
@@ -76,7 +76,7 @@ impl StrandedKey {
 /// One committed phase of a stranded key.
 ///
 /// ```no_run
-/// # fn show(phase: &idem_runtime::RecordedPhase) {
+/// # fn show(phase: &idem_runtime::admin::RecordedPhase) {
 /// let output: serde_json::Value = serde_json::from_str(&phase.output).unwrap();
 /// println!("{} at {:?}: {output}", phase.name, phase.recorded_at);
 /// # }
@@ -96,7 +96,7 @@ pub struct RecordedPhase {
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::SqlitePool) -> Result<(), sqlx::Error> {
-/// let stranded = idem_runtime::stranded_keys(&pool, 20).await?;
+/// let stranded = idem_runtime::admin::stranded_keys(&pool, 20).await?;
 /// println!("{} keys need an operator", stranded.len());
 /// # Ok(())
 /// # }
@@ -140,7 +140,7 @@ fn stranded_key(row: StrandedRow, phases: Vec<(String, String, i64)>) -> Strande
 /// gets, as a replay, without running anything.
 ///
 /// ```
-/// use idem_runtime::Resolution;
+/// use idem_runtime::admin::Resolution;
 ///
 /// // The charge went through and the support team knows its outcome:
 /// let done = Resolution::completed(201, "application/json", br#"{"state":"succeeded"}"#.to_vec());
@@ -159,7 +159,7 @@ impl Resolution {
     /// Completes the key with this answer.
     ///
     /// ```
-    /// let answer = idem_runtime::Resolution::completed(200, "text/plain", b"done".to_vec());
+    /// let answer = idem_runtime::admin::Resolution::completed(200, "text/plain", b"done".to_vec());
     /// # let _ = answer;
     /// ```
     ///
@@ -186,7 +186,7 @@ impl Resolution {
     /// `operation-failed` whose `detail` is `detail`.
     ///
     /// ```
-    /// let failed = idem_runtime::Resolution::failed("refunded by support, ticket 4711");
+    /// let failed = idem_runtime::admin::Resolution::failed("refunded by support, ticket 4711");
     /// # let _ = failed;
     /// ```
     pub fn failed(detail: &str) -> Self {
@@ -206,9 +206,9 @@ fn http_value(value: &str) -> bool {
 /// Why [`resolve_key`] did not resolve a key.
 ///
 /// ```
-/// # fn f(error: idem_runtime::ResolveError) {
+/// # fn f(error: idem_runtime::admin::ResolveError) {
 /// match error {
-///     idem_runtime::ResolveError::InLease => println!("an attempt is working on it; wait"),
+///     idem_runtime::admin::ResolveError::InLease => println!("an attempt is working on it; wait"),
 ///     other => println!("{other}"),
 /// }
 /// # }
@@ -243,7 +243,7 @@ impl std::fmt::Display for ResolveError {
                 "the table holds sealed responses (encrypted storage) and this resolution has \
                  no keyring: its answer would be stored in clear, and the application would \
                  answer 500 instead of replaying it; resolve with the application's keyring \
-                 (idem_runtime::resolve_key_with)",
+                 (idem_runtime::admin::resolve_key_with)",
             ),
             Self::Database(error) => write!(f, "database error: {error}"),
         }
@@ -278,11 +278,11 @@ impl From<sqlx::Error> for ResolveError {
 /// and nothing is stored.
 ///
 /// ```no_run
-/// # async fn resolve(pool: sqlx::PgPool) -> Result<(), idem_runtime::ResolveError> {
+/// # async fn resolve(pool: sqlx::PgPool) -> Result<(), idem_runtime::admin::ResolveError> {
 /// use std::time::Duration;
-/// use idem_runtime::Resolution;
+/// use idem_runtime::admin::Resolution;
 ///
-/// idem_runtime::resolve_key(
+/// idem_runtime::admin::resolve_key(
 ///     &pool,
 ///     "1001",
 ///     "8e03978e-40d5",
@@ -309,13 +309,13 @@ pub async fn resolve_key<DB: Backend>(
 /// response. Build `idem` as the application does, with the same keyring.
 ///
 /// ```no_run
-/// # async fn resolve(pool: sqlx::PgPool) -> Result<(), idem_runtime::ResolveError> {
+/// # async fn resolve(pool: sqlx::PgPool) -> Result<(), idem_runtime::admin::ResolveError> {
 /// use std::time::Duration;
-/// use idem_runtime::Resolution;
+/// use idem_runtime::admin::Resolution;
 ///
 /// // The same configuration the application runs with, keyring included.
 /// let idem = idem_runtime::Idem::new(pool);
-/// idem_runtime::resolve_key_with(
+/// idem_runtime::admin::resolve_key_with(
 ///     &idem,
 ///     "1001",
 ///     "8e03978e-40d5",

@@ -42,7 +42,7 @@ const TRACE_TARGET: &str = "idem_runtime::expiry";
 /// use std::time::Duration;
 ///
 /// # async fn start(pool: sqlx::PgPool) {
-/// let expiry = idem_runtime::Expiry::new(pool)
+/// let expiry = idem_runtime::admin::Expiry::new(pool)
 ///     .interval(Duration::from_secs(300))
 ///     .batch_size(500);
 /// // In the background until `stop`; or `tokio::spawn(expiry.run(shutdown))`.
@@ -104,7 +104,7 @@ impl Expiry<crate::store::choice::AnyBackend> {
     /// the guide's `docs/guide/operations.md` has the measurements), so raise it to clear a backlog off-peak.
     ///
     /// ```
-    /// assert_eq!(idem_runtime::Expiry::DEFAULT_BATCH_SIZE, 100);
+    /// assert_eq!(idem_runtime::admin::Expiry::DEFAULT_BATCH_SIZE, 100);
     /// ```
     pub const DEFAULT_BATCH_SIZE: u32 = 100;
 
@@ -113,7 +113,7 @@ impl Expiry<crate::store::choice::AnyBackend> {
     /// probe.
     ///
     /// ```
-    /// assert_eq!(idem_runtime::Expiry::DEFAULT_INTERVAL.as_secs(), 60);
+    /// assert_eq!(idem_runtime::admin::Expiry::DEFAULT_INTERVAL.as_secs(), 60);
     /// ```
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -123,7 +123,7 @@ impl Expiry<crate::store::choice::AnyBackend> {
     /// day).
     ///
     /// ```
-    /// assert_eq!(idem_runtime::Expiry::DEFAULT_PAUSE.as_millis(), 5);
+    /// assert_eq!(idem_runtime::admin::Expiry::DEFAULT_PAUSE.as_millis(), 5);
     /// ```
     pub const DEFAULT_PAUSE: Duration = Duration::from_millis(5);
 }
@@ -134,7 +134,7 @@ impl<DB: Backend> Expiry<DB> {
     ///
     /// ```
     /// # fn build(pool: sqlx::PgPool) {
-    /// let expiry = idem_runtime::Expiry::new(pool);
+    /// let expiry = idem_runtime::admin::Expiry::new(pool);
     /// # }
     /// ```
     pub fn new(pool: Pool<DB>) -> Self {
@@ -154,7 +154,7 @@ impl<DB: Backend> Expiry<DB> {
     ///
     /// ```
     /// # fn build(pool: sqlx::PgPool) {
-    /// let expiry = idem_runtime::Expiry::new(pool).interval(std::time::Duration::from_secs(300));
+    /// let expiry = idem_runtime::admin::Expiry::new(pool).interval(std::time::Duration::from_secs(300));
     /// # }
     /// ```
     pub fn interval(mut self, interval: Duration) -> Self {
@@ -172,7 +172,7 @@ impl<DB: Backend> Expiry<DB> {
     ///
     /// ```
     /// # fn build(pool: sqlx::PgPool) {
-    /// let expiry = idem_runtime::Expiry::new(pool).batch_size(500);
+    /// let expiry = idem_runtime::admin::Expiry::new(pool).batch_size(500);
     /// # }
     /// ```
     pub fn batch_size(mut self, rows: u32) -> Self {
@@ -189,7 +189,7 @@ impl<DB: Backend> Expiry<DB> {
     ///
     /// ```
     /// # fn build(pool: sqlx::PgPool) {
-    /// let expiry = idem_runtime::Expiry::new(pool).pause(std::time::Duration::from_millis(100));
+    /// let expiry = idem_runtime::admin::Expiry::new(pool).pause(std::time::Duration::from_millis(100));
     /// # }
     /// ```
     pub fn pause(mut self, pause: Duration) -> Self {
@@ -200,7 +200,7 @@ impl<DB: Backend> Expiry<DB> {
     /// Totals of every sweep run by this value and its clones, for export as metrics.
     ///
     /// ```
-    /// # fn export(expiry: &idem_runtime::Expiry<sqlx::Postgres>) {
+    /// # fn export(expiry: &idem_runtime::admin::Expiry<sqlx::Postgres>) {
     /// let stats = expiry.stats();
     /// println!("idem_expiry_rows_deleted_total {}", stats.rows_deleted);
     /// # }
@@ -215,8 +215,8 @@ impl<DB: Backend> Expiry<DB> {
     /// and are reported in the error.
     ///
     /// ```no_run
-    /// # async fn sweep(pool: sqlx::PgPool) -> Result<(), idem_runtime::SweepError> {
-    /// let report = idem_runtime::Expiry::new(pool).sweep_once().await?;
+    /// # async fn sweep(pool: sqlx::PgPool) -> Result<(), idem_runtime::admin::SweepError> {
+    /// let report = idem_runtime::admin::Expiry::new(pool).sweep_once().await?;
     /// println!("deleted {} keys in {} batches", report.rows_deleted, report.batches);
     /// # Ok(())
     /// # }
@@ -229,8 +229,8 @@ impl<DB: Backend> Expiry<DB> {
     /// after every batch that deleted rows (to drive a progress bar, for example).
     ///
     /// ```no_run
-    /// # async fn sweep(pool: sqlx::PgPool) -> Result<(), idem_runtime::SweepError> {
-    /// let expiry = idem_runtime::Expiry::new(pool);
+    /// # async fn sweep(pool: sqlx::PgPool) -> Result<(), idem_runtime::admin::SweepError> {
+    /// let expiry = idem_runtime::admin::Expiry::new(pool);
     /// expiry
     ///     .sweep_once_with(|so_far| eprintln!("{} deleted", so_far.rows_deleted))
     ///     .await?;
@@ -250,7 +250,7 @@ impl<DB: Backend> Expiry<DB> {
     ///
     /// ```no_run
     /// # async fn dry_run(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-    /// let due = idem_runtime::Expiry::new(pool).count_deletable().await?;
+    /// let due = idem_runtime::admin::Expiry::new(pool).count_deletable().await?;
     /// println!("{due} keys are past their retention");
     /// # Ok(())
     /// # }
@@ -265,7 +265,7 @@ impl<DB: Backend> Expiry<DB> {
     ///
     /// ```no_run
     /// # async fn plan(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-    /// let plan = idem_runtime::Expiry::new(pool).explain().await?;
+    /// let plan = idem_runtime::admin::Expiry::new(pool).explain().await?;
     /// assert!(plan.contains("idem_keys_expires_at"), "{plan}");
     /// # Ok(())
     /// # }

@@ -8,15 +8,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// A background task of idem's, running on the Tokio runtime: the expiry sweep
-/// ([`Expiry::spawn`](crate::Expiry::spawn), whose handle also reads the sweep's
-/// statistics) or the outbox relay ([`Relay::spawn`](crate::Relay::spawn)).
+/// ([`Expiry::spawn`](crate::admin::Expiry::spawn), whose handle also reads the sweep's
+/// statistics) or the outbox relay ([`Relay::spawn`](crate::outbox::Relay::spawn)).
 ///
 /// Dropping the handle stops the task too, but without waiting for it: call
 /// [`stop`](Self::stop) at shutdown.
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
-/// let handle = idem_runtime::Expiry::new(pool).spawn();
+/// let handle = idem_runtime::admin::Expiry::new(pool).spawn();
 /// assert!(!handle.is_finished());
 /// handle.stop().await;
 /// # }
@@ -69,7 +69,7 @@ impl<T> TaskHandle<T> {
     ///
     /// ```no_run
     /// # async fn check(pool: sqlx::PgPool) {
-    /// let handle = idem_runtime::Expiry::new(pool.clone()).spawn();
+    /// let handle = idem_runtime::admin::Expiry::new(pool.clone()).spawn();
     /// pool.close().await;
     /// # tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     /// assert!(handle.is_finished());
@@ -85,7 +85,7 @@ impl<T> TaskHandle<T> {
     /// next relay.
     ///
     /// ```no_run
-    /// # async fn shutdown(handle: idem_runtime::ExpiryHandle<sqlx::Postgres>) {
+    /// # async fn shutdown(handle: idem_runtime::admin::ExpiryHandle<sqlx::Postgres>) {
     /// handle.stop().await;
     /// # }
     /// ```

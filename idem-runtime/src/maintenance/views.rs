@@ -9,7 +9,7 @@ use crate::store::{BODY_PREVIEW_BYTES, Backend, KeyRecord, KeyStats};
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// let stats = idem_runtime::key_stats(&pool).await?;
+/// let stats = idem_runtime::admin::key_stats(&pool).await?;
 /// for state in &stats.states {
 ///     println!("{}: {}", state.state, state.ages.total);
 /// }
@@ -31,7 +31,7 @@ pub async fn key_stats<DB: Backend>(pool: &Pool<DB>) -> Result<KeyStats, sqlx::E
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// if let Some(record) = idem_runtime::inspect_key(&pool, "1001", "8e03978e-40d5").await? {
+/// if let Some(record) = idem_runtime::admin::inspect_key(&pool, "1001", "8e03978e-40d5").await? {
 ///     println!("{} {} -> {:?}", record.method, record.path, record.response_status);
 /// }
 /// # Ok(())

@@ -25,9 +25,9 @@ impl<DB: Backend> Relay<DB> {
     /// calls it in a loop.
     ///
     /// ```no_run
-    /// # async fn f(relay: idem_runtime::Relay<sqlx::Postgres>) -> sqlx::Result<()> {
+    /// # async fn f(relay: idem_runtime::outbox::Relay<sqlx::Postgres>) -> sqlx::Result<()> {
     /// let delivered = relay
-    ///     .deliver_once(&|message: idem_runtime::Message| async move {
+    ///     .deliver_once(&|message: idem_runtime::outbox::Message| async move {
     ///         println!("{}", message.id());
     ///         Ok::<_, std::io::Error>(())
     ///     })

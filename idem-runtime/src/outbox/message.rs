@@ -7,7 +7,7 @@ use crate::store::OutboxRow;
 /// One outbox message, as the relay hands it to the application.
 ///
 /// ```
-/// # async fn f(message: idem_runtime::Message) {
+/// # async fn f(message: idem_runtime::outbox::Message) {
 /// println!(
 ///     "{} #{} (delivery {}): {}",
 ///     message.topic(),
@@ -38,7 +38,7 @@ impl Message {
     /// The message's id (a UUID), the same on every delivery: deduplicate by it.
     ///
     /// ```
-    /// # fn f(message: &idem_runtime::Message, seen: &mut std::collections::HashSet<String>) {
+    /// # fn f(message: &idem_runtime::outbox::Message, seen: &mut std::collections::HashSet<String>) {
     /// if !seen.insert(message.id().to_owned()) {
     ///     return; // delivered before
     /// }
@@ -51,7 +51,7 @@ impl Message {
     /// The topic it was enqueued with.
     ///
     /// ```
-    /// # fn f(message: &idem_runtime::Message) {
+    /// # fn f(message: &idem_runtime::outbox::Message) {
     /// match message.topic() {
     ///     "receipts" => { /* ... */ }
     ///     _ => { /* not for this consumer */ }
@@ -65,7 +65,7 @@ impl Message {
     /// The payload as JSON text.
     ///
     /// ```
-    /// # fn f(message: &idem_runtime::Message) -> serde_json::Result<()> {
+    /// # fn f(message: &idem_runtime::outbox::Message) -> serde_json::Result<()> {
     /// let value: serde_json::Value = serde_json::from_str(message.payload())?;
     /// # let _ = value;
     /// # Ok(())
@@ -78,7 +78,7 @@ impl Message {
     /// The payload read as `T`.
     ///
     /// ```
-    /// # fn f(message: &idem_runtime::Message) -> serde_json::Result<()> {
+    /// # fn f(message: &idem_runtime::outbox::Message) -> serde_json::Result<()> {
     /// #[derive(serde::Deserialize)]
     /// struct Receipt {
     ///     payment_id: i64,
@@ -98,7 +98,7 @@ impl Message {
     /// but gave back or lost before handing it out counts nothing.
     ///
     /// ```
-    /// # fn f(message: &idem_runtime::Message) {
+    /// # fn f(message: &idem_runtime::outbox::Message) {
     /// if message.attempt() > 5 {
     ///     tracing::warn!(message = message.id(), "still failing");
     /// }

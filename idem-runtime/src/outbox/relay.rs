@@ -31,7 +31,7 @@ const PURGE_EVERY: Duration = Duration::from_secs(60);
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) {
-/// let relay = idem_runtime::Relay::new(pool).spawn(|message: idem_runtime::Message| async move {
+/// let relay = idem_runtime::outbox::Relay::new(pool).spawn(|message: idem_runtime::outbox::Message| async move {
 ///     println!("{} {}: {}", message.topic(), message.id(), message.payload());
 ///     Ok::<_, std::io::Error>(())
 /// });
@@ -87,7 +87,7 @@ impl<DB: Backend> Relay<DB> {
     ///
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
-    /// let relay = idem_runtime::Relay::new(pool);
+    /// let relay = idem_runtime::outbox::Relay::new(pool);
     /// # let _ = relay;
     /// # }
     /// ```
@@ -107,7 +107,7 @@ impl<DB: Backend> Relay<DB> {
     ///
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
-    /// let relay = idem_runtime::Relay::new(pool).batch_size(100);
+    /// let relay = idem_runtime::outbox::Relay::new(pool).batch_size(100);
     /// # let _ = relay;
     /// # }
     /// ```
@@ -124,7 +124,7 @@ impl<DB: Backend> Relay<DB> {
     ///
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
-    /// let relay = idem_runtime::Relay::new(pool).poll_interval(std::time::Duration::from_millis(100));
+    /// let relay = idem_runtime::outbox::Relay::new(pool).poll_interval(std::time::Duration::from_millis(100));
     /// # let _ = relay;
     /// # }
     /// ```
@@ -145,7 +145,7 @@ impl<DB: Backend> Relay<DB> {
     ///
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
-    /// let relay = idem_runtime::Relay::new(pool).delivery_timeout(std::time::Duration::from_secs(300));
+    /// let relay = idem_runtime::outbox::Relay::new(pool).delivery_timeout(std::time::Duration::from_secs(300));
     /// # let _ = relay;
     /// # }
     /// ```
@@ -167,7 +167,7 @@ impl<DB: Backend> Relay<DB> {
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
     /// use std::time::Duration;
-    /// let relay = idem_runtime::Relay::new(pool)
+    /// let relay = idem_runtime::outbox::Relay::new(pool)
     ///     .retry_backoff(Duration::from_secs(5), Duration::from_secs(3600));
     /// # let _ = relay;
     /// # }
@@ -184,7 +184,7 @@ impl<DB: Backend> Relay<DB> {
     /// ```
     /// # fn f(pool: sqlx::PgPool) {
     /// let week = std::time::Duration::from_secs(7 * 24 * 60 * 60);
-    /// let relay = idem_runtime::Relay::new(pool).keep_delivered(week);
+    /// let relay = idem_runtime::outbox::Relay::new(pool).keep_delivered(week);
     /// # let _ = relay;
     /// # }
     /// ```
@@ -204,7 +204,7 @@ impl<DB: Backend> Relay<DB> {
     /// ```no_run
     /// # async fn start(pool: sqlx::PgPool) {
     /// let sink = pool.clone();
-    /// let relay = idem_runtime::Relay::new(pool).spawn(move |message: idem_runtime::Message| {
+    /// let relay = idem_runtime::outbox::Relay::new(pool).spawn(move |message: idem_runtime::outbox::Message| {
     ///     let sink = sink.clone();
     ///     async move {
     ///         // Deduplicate by the message id: delivery is at least once.
@@ -289,7 +289,7 @@ impl<DB: Backend> fmt::Debug for Relay<DB> {
 /// the rest of the batch back for the next relay.
 ///
 /// ```no_run
-/// # async fn f(relay: idem_runtime::RelayHandle) {
+/// # async fn f(relay: idem_runtime::outbox::RelayHandle) {
 /// if relay.is_finished() {
 ///     tracing::error!("the outbox relay stopped; messages wait");
 /// }

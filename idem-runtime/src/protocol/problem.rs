@@ -23,7 +23,7 @@
 //! | 500 | `#transaction-aborted` | the handler answered 2xx or 3xx although one of its statements failed, so its writes were lost; rolled back |
 //! | 500 | `#stored-response-unreadable` | the stored response does not decrypt (altered, or sealed by a key no longer configured); not replayed |
 //! | 500 | `#not-configured` | no [`Idem`](crate::Idem) was registered with `App::app_data` |
-//! | 500 | `#operation-failed` | an operator marked this key's unfinished operation failed ([`resolve_key`](crate::resolve_key)); replayed to every retry |
+//! | 500 | `#operation-failed` | an operator marked this key's unfinished operation failed ([`resolve_key`](crate::admin::resolve_key)); replayed to every retry |
 //! | 503 | `#storage-busy` | SQLite: another request (for another key) held the database's write lock past [`Idem::claim_wait`](crate::Idem::claim_wait); nothing was saved; `Retry-After: 1` |
 //! | 503 | `#storage-unavailable` | the database failed or timed out; nothing was committed, or, when a COMMIT went unanswered, the outcome is unknown and the detail says so; `Retry-After: 1` |
 //!

@@ -25,7 +25,7 @@ pub trait InboxStore: sqlx::Database + super::sealed::Sealed {
 
     /// The statement of one batch of the sweep, deleting up to `batch_size` expired
     /// entries. The size is a literal, so the statement takes no parameter: built once
-    /// per [`Expiry`](crate::Expiry), like the key table's batch.
+    /// per [`Expiry`](crate::admin::Expiry), like the key table's batch.
     #[doc(hidden)]
     fn inbox_batch_statement(batch_size: u32) -> String;
 

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// What [`key_stats`](crate::key_stats) found.
+/// What [`key_stats`](crate::admin::key_stats) found.
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// let stats = idem_runtime::key_stats(&pool).await?;
+/// let stats = idem_runtime::admin::key_stats(&pool).await?;
 /// let index_bytes: u64 = stats.indexes.iter().map(|i| i.bytes).sum();
 /// println!("{} keys, {} in a lease", stats.total(), stats.in_lease);
 /// # Ok(())
@@ -26,7 +26,7 @@ pub struct KeyStats {
     pub oldest_in_progress: Option<InProgressKey>,
     /// Keys in progress past their retention with no live lease: operations that never
     /// finished and whose clients have not come back. The sweep never deletes them; see
-    /// [`stranded_keys`](crate::stranded_keys) and [`resolve_key`](crate::resolve_key).
+    /// [`stranded_keys`](crate::admin::stranded_keys) and [`resolve_key`](crate::admin::resolve_key).
     pub stranded: u64,
     /// The oldest of them (by `created_at`), if any.
     pub oldest_stranded: Option<InProgressKey>,
@@ -41,7 +41,7 @@ impl KeyStats {
     ///
     /// ```no_run
     /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-    /// println!("{} keys", idem_runtime::key_stats(&pool).await?.total());
+    /// println!("{} keys", idem_runtime::admin::key_stats(&pool).await?.total());
     /// # Ok(())
     /// # }
     /// ```
@@ -53,7 +53,7 @@ impl KeyStats {
 /// The keys in one state.
 ///
 /// ```no_run
-/// # fn show(count: &idem_runtime::StateCount) {
+/// # fn show(count: &idem_runtime::admin::StateCount) {
 /// println!("{}: {} in the last hour", count.state, count.ages.last_hour);
 /// # }
 /// ```
@@ -69,7 +69,7 @@ pub struct StateCount {
 /// Keys counted by age (time since `created_at`); the buckets add up to `total`.
 ///
 /// ```no_run
-/// # fn show(ages: &idem_runtime::AgeCounts) {
+/// # fn show(ages: &idem_runtime::admin::AgeCounts) {
 /// assert_eq!(ages.total, ages.last_hour + ages.last_day + ages.last_week + ages.older);
 /// # }
 /// ```
@@ -92,7 +92,7 @@ pub struct AgeCounts {
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// if let Some(key) = idem_runtime::key_stats(&pool).await?.oldest_in_progress {
+/// if let Some(key) = idem_runtime::admin::key_stats(&pool).await?.oldest_in_progress {
 ///     println!("{}/{} since {:?}", key.scope, key.key, key.created_at);
 /// }
 /// # Ok(())
@@ -117,7 +117,7 @@ pub struct InProgressKey {
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// for index in idem_runtime::key_stats(&pool).await?.indexes {
+/// for index in idem_runtime::admin::key_stats(&pool).await?.indexes {
 ///     println!("{}: {} bytes", index.name, index.bytes);
 /// }
 /// # Ok(())
@@ -132,22 +132,22 @@ pub struct IndexSize {
     pub bytes: u64,
 }
 
-/// How many bytes of a stored body [`inspect_key`](crate::inspect_key) reads.
+/// How many bytes of a stored body [`inspect_key`](crate::admin::inspect_key) reads.
 ///
 /// ```no_run
 /// # async fn show(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// if let Some(record) = idem_runtime::inspect_key(&pool, "1001", "order-7").await? {
-///     assert!(record.response_body_head.len() <= idem_runtime::BODY_PREVIEW_BYTES);
+/// if let Some(record) = idem_runtime::admin::inspect_key(&pool, "1001", "order-7").await? {
+///     assert!(record.response_body_head.len() <= idem_runtime::admin::BODY_PREVIEW_BYTES);
 /// }
 /// # Ok(())
 /// # }
 /// ```
 pub const BODY_PREVIEW_BYTES: usize = 1024;
 
-/// A key row, as [`inspect_key`](crate::inspect_key) reads it.
+/// A key row, as [`inspect_key`](crate::admin::inspect_key) reads it.
 ///
 /// ```no_run
-/// # fn show(record: &idem_runtime::KeyRecord) {
+/// # fn show(record: &idem_runtime::admin::KeyRecord) {
 /// for (name, value) in &record.response_headers {
 ///     println!("{name}: {}", String::from_utf8_lossy(value));
 /// }

@@ -12,7 +12,7 @@ use crate::protocol::problem::{Problem, ProblemKind};
 /// can record nothing more.
 ///
 /// ```
-/// use idem_runtime::{PhaseError, PhaseErrorKind};
+/// use idem_runtime::phased::{PhaseError, PhaseErrorKind};
 ///
 /// #[derive(Debug)]
 /// enum AppError {
@@ -41,7 +41,7 @@ pub struct PhaseError {
 /// What ended a phased attempt.
 ///
 /// ```
-/// use idem_runtime::{PhaseError, PhaseErrorKind};
+/// use idem_runtime::phased::{PhaseError, PhaseErrorKind};
 ///
 /// fn worth_logging(error: &PhaseError) -> bool {
 ///     // A takeover is the protocol working; the others need a look.
@@ -86,8 +86,8 @@ impl PhaseError {
     /// What went wrong.
     ///
     /// ```
-    /// # fn f(error: &idem_runtime::PhaseError) {
-    /// if error.kind() == idem_runtime::PhaseErrorKind::TakenOver {
+    /// # fn f(error: &idem_runtime::phased::PhaseError) {
+    /// if error.kind() == idem_runtime::phased::PhaseErrorKind::TakenOver {
     ///     tracing::info!("a retry took over; stopping");
     /// }
     /// # }
@@ -99,7 +99,7 @@ impl PhaseError {
     /// The phase it happened in, if it happened in one (not in [`Lease::extend`](super::Lease::extend)).
     ///
     /// ```
-    /// # fn f(error: &idem_runtime::PhaseError) {
+    /// # fn f(error: &idem_runtime::phased::PhaseError) {
     /// tracing::warn!(phase = error.phase(), %error, "payment not completed");
     /// # }
     /// ```

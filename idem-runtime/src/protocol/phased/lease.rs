@@ -12,7 +12,7 @@ use crate::store::choice::DefaultBackend;
 /// Extends the lease of a phased attempt; from [`Phases::lease`](super::Phases::lease).
 ///
 /// ```
-/// # async fn f(phases: &idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
+/// # async fn f(phases: &idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::phased::PhaseError> {
 /// let lease = phases.lease();
 /// // A heartbeat on another task: the handle is `Send` and cheap to clone.
 /// let heartbeat = lease.clone();
@@ -48,7 +48,7 @@ impl<DB: Backend> Lease<DB> {
     /// (While the phase holds the lock, no retry can take the key over either.)
     ///
     /// ```
-    /// # async fn f(lease: &idem_runtime::Lease<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
+    /// # async fn f(lease: &idem_runtime::phased::Lease<sqlx::Postgres>) -> Result<(), idem_runtime::phased::PhaseError> {
     /// lease.extend().await?;
     /// # Ok(())
     /// # }
@@ -74,7 +74,7 @@ impl<DB: Backend> Lease<DB> {
     /// `lease` argument.
     ///
     /// ```
-    /// # fn f(lease: &idem_runtime::Lease<sqlx::Postgres>) {
+    /// # fn f(lease: &idem_runtime::phased::Lease<sqlx::Postgres>) {
     /// let every = lease.duration() / 3;
     /// # let _ = every;
     /// # }

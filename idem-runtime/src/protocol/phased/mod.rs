@@ -36,7 +36,7 @@ pub use output::PhaseOutput;
 /// The longest phase name, in bytes; names are stored beside each recorded output.
 ///
 /// ```
-/// assert!("payment_created".len() <= idem_runtime::MAX_PHASE_NAME_LEN);
+/// assert!("payment_created".len() <= idem_runtime::phased::MAX_PHASE_NAME_LEN);
 /// ```
 pub const MAX_PHASE_NAME_LEN: usize = 200;
 
@@ -50,7 +50,8 @@ pub const MAX_PHASE_NAME_LEN: usize = 200;
 /// output without running again, and the handler continues from there.
 ///
 /// ```
-/// use idem_runtime::{PhaseError, Phases};
+/// use idem_runtime::Phases;
+/// use idem_runtime::phased::PhaseError;
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct Payment {
@@ -188,11 +189,11 @@ impl<DB: Backend> Phases<DB> {
     /// took the attempt over, 503 when the database failed).
     ///
     /// ```
-    /// # async fn f(phases: &mut idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
+    /// # async fn f(phases: &mut idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::phased::PhaseError> {
     /// let id: i64 = phases
     ///     .run("created", async |mut tx| {
     ///         let id = sqlx::query_scalar("SELECT 42::int8").fetch_one(&mut *tx).await;
-    ///         id.map_err(idem_runtime::PhaseError::from)
+    ///         id.map_err(idem_runtime::phased::PhaseError::from)
     ///     })
     ///     .await?;
     /// # Ok(())
@@ -332,7 +333,7 @@ impl<DB: Backend> Phases<DB> {
     /// hold it too.
     ///
     /// ```
-    /// # async fn f(phases: &mut idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::PhaseError> {
+    /// # async fn f(phases: &mut idem_runtime::Phases<sqlx::Postgres>) -> Result<(), idem_runtime::phased::PhaseError> {
     /// let lease = phases.lease();
     /// phases
     ///     .run("imported", async |tx| {
@@ -341,7 +342,7 @@ impl<DB: Backend> Phases<DB> {
     ///             lease.extend().await?;
     ///         }
     ///         # let _ = tx;
-    ///         Ok::<_, idem_runtime::PhaseError>(())
+    ///         Ok::<_, idem_runtime::phased::PhaseError>(())
     ///     })
     ///     .await
     /// # }

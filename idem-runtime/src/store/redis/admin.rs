@@ -12,7 +12,7 @@ use ::redis::{ConnectionAddr, Value, from_redis_value};
 use super::keys::KeyNames;
 use super::{RedisStore, RedisStoreError};
 use crate::store::records::split_header_lines;
-use crate::{AgeCounts, BODY_PREVIEW_BYTES, InProgressKey, KeyRecord, StateCount};
+use crate::store::{AgeCounts, BODY_PREVIEW_BYTES, InProgressKey, KeyRecord, StateCount};
 
 /// Record names per `SCAN` step: a batch is read in one pipeline.
 const SCAN_BATCH: usize = 500;
