@@ -20,6 +20,7 @@
 
 mod checker;
 mod faults;
+mod fleet;
 mod workload;
 
 use std::path::PathBuf;
@@ -86,7 +87,7 @@ async fn run(args: Args) -> Result<usize, String> {
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let server = match args.server {
         Some(path) => path,
-        None => tokio::task::spawn_blocking(faults::build_example)
+        None => tokio::task::spawn_blocking(fleet::build_example)
             .await
             .map_err(|e| e.to_string())??,
     };
@@ -105,7 +106,7 @@ async fn run(args: Args) -> Result<usize, String> {
         args.fault_every,
         cluster.port()
     );
-    let fleet = Arc::new(faults::Fleet::start(server, cluster.url(), args.instances).await?);
+    let fleet = Arc::new(fleet::Fleet::start(server, cluster.url(), args.instances).await?);
 
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.seconds);
