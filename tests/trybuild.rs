@@ -1,21 +1,16 @@
-//! Compile-time behaviour of `#[idempotent]` (`ui`) and of `#[idem::axum::idempotent]`
-//! (`ui_axum`, feature `axum`): what compiles, and the exact error for each mistake. The
-//! `.stderr` files are reviewed like code; regenerate them with
+//! Compile-time errors of `#[idempotent]` (`tests/ui/fail`) and of
+//! `#[idem::axum::idempotent]` (`tests/ui/axum/fail`, feature `axum`): the exact error for
+//! each mistake. The `.stderr` files are reviewed like code; regenerate them with
 //! `TRYBUILD=overwrite cargo test --test trybuild` on the pinned toolchain.
 //!
-//! Both in one test binary: trybuild builds the cases of both in its one project under
-//! `target/tests/trybuild`, whose dependencies the first build leaves for the second.
+//! Only failing cases, in one `TestCases`: trybuild then checks them all in one
+//! `cargo check --keep-going` (a project with a passing case is built case by case, one
+//! cargo run each). The cases that must compile are binaries of `idem-ui`
+//! (`idem-ui/tests/pass.rs`), built with the rest of the workspace.
 
 #[test]
 fn ui() {
     let cases = trybuild::TestCases::new();
-    cases.pass("tests/ui/pass/*.rs");
     cases.compile_fail("tests/ui/fail/*.rs");
-}
-
-#[test]
-fn ui_axum() {
-    let cases = trybuild::TestCases::new();
-    cases.pass("tests/ui/axum/pass/*.rs");
     cases.compile_fail("tests/ui/axum/fail/*.rs");
 }
