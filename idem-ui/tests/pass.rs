@@ -61,7 +61,7 @@ fn bin_name(prefix: &str, file: &Path) -> Option<String> {
 /// would never be built: every file is one of the cases, and every case a file.
 #[test]
 fn every_case_file_is_a_binary() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/ui");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
     let mut files = Vec::new();
     for (folder, prefix) in [("pass", "ui-pass-"), ("axum/pass", "ui-pass-axum-")] {
         for entry in std::fs::read_dir(root.join(folder)).expect("tests/ui's pass folders") {
@@ -76,7 +76,7 @@ fn every_case_file_is_a_binary() {
     cases.sort();
     assert_eq!(
         files, cases,
-        "each file in tests/ui/pass and tests/ui/axum/pass needs a [[bin]] in idem-ui/Cargo.toml \
+        "each file in idem-ui/tests/ui/pass and idem-ui/tests/ui/axum/pass needs a [[bin]] in idem-ui/Cargo.toml \
          and a line in idem-ui/tests/pass.rs's cases!"
     );
     let manifest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
