@@ -79,8 +79,9 @@ fn every_case_file_is_a_binary() {
         "each file in idem-ui/tests/ui/pass and idem-ui/tests/ui/axum/pass needs a [[bin]] in idem-ui/Cargo.toml \
          and a line in idem-ui/tests/pass.rs's cases!"
     );
-    let manifest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .expect("idem-ui/Cargo.toml");
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .expect("idem-ui/Cargo.toml");
     for case in CASES {
         assert!(
             manifest.contains(&format!("name = \"{case}\"")),
