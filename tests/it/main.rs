@@ -8,9 +8,9 @@
 //! a global metrics recorder (`metrics.rs`), a tracing subscriber (`expiry_tracing.rs`), a
 //! counting global allocator (`large_answer_buffers.rs`), the registry of every handler
 //! linked into the program (`registry*.rs`, and `openapi*.rs` and `webhook.rs`, whose
-//! OpenAPI documents are built from it), and trybuild. `scope.rs`, `encryption.rs`,
-//! `compressed_body.rs` and `axum_webhook.rs` need no process of their own and can move
-//! here.
+//! OpenAPI documents are built from it); the compile-time cases are the `idem-ui` crate's.
+//! `scope.rs`, `encryption.rs`, `compressed_body.rs` and `axum_webhook.rs` need no process
+//! of their own and can move here.
 
 #[path = "../axum_support/mod.rs"]
 mod axum_support;

@@ -1,6 +1,6 @@
 //! The longest retention the attribute accepts, `"100000y"`, fits in both databases'
 //! timestamps: a key kept that long is claimed, stored with that retention and replayed.
-//! (A longer one is a compile error: tests/ui/fail/retention_too_long.rs.)
+//! (A longer one is a compile error: idem-ui/tests/ui/fail/retention_too_long.rs.)
 
 use crate::support;
 

@@ -11,7 +11,10 @@ async fn create_order(mut account: web::ReqData<i64>) -> HttpResponse {
 
 #[idem::idempotent(scope = account)]
 #[route("/orders/{id}", method = "PUT", method = "PATCH")]
-async fn update_order(account: web::ReqData<i64>, tx: idem::Tx<'_, sqlx::Postgres>) -> HttpResponse {
+async fn update_order(
+    account: web::ReqData<i64>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> HttpResponse {
     let _ = (account, &mut *tx);
     HttpResponse::NoContent().finish()
 }

@@ -27,7 +27,10 @@ async fn touch(
 }
 
 #[idem::axum::idempotent(scope = account, state = AppState::<Shop, Currency>, backend = sqlx::Postgres)]
-async fn name(State(app): State<AppState<Shop, Currency>>, account: Extension<i64>) -> &'static str {
+async fn name(
+    State(app): State<AppState<Shop, Currency>>,
+    account: Extension<i64>,
+) -> &'static str {
     let _ = (account.0, app.currency.0);
     app.shop.0
 }
@@ -43,7 +46,10 @@ async fn label(
 
 // Without `state = ..` the handler is generic over the router's state, as before.
 #[idem::axum::idempotent(scope = account, backend = sqlx::Postgres)]
-async fn plain(State(app): State<AppState<Shop, &'static str>>, account: Extension<i64>) -> &'static str {
+async fn plain(
+    State(app): State<AppState<Shop, &'static str>>,
+    account: Extension<i64>,
+) -> &'static str {
     let _ = account.0;
     app.currency
 }

@@ -12,9 +12,7 @@ async fn put_cart(id: web::Path<i64>, body: web::Json<serde_json::Value>) -> Htt
 
 /// Documented; the docs stay on the handler actix-web registers.
 #[delete("/carts/{id}")]
-#[idem::exempt(
-    "a repeated DELETE answers 404, and the first one's effect is the only one",
-)]
+#[idem::exempt("a repeated DELETE answers 404, and the first one's effect is the only one")]
 async fn delete_cart(id: web::Path<i64>) -> HttpResponse {
     let _ = id;
     HttpResponse::NoContent().finish()

@@ -10,12 +10,13 @@ async fn create_order(
     tx: idem::Tx<'_, sqlx::Sqlite>,
     body: web::Json<serde_json::Value>,
 ) -> actix_web::Result<HttpResponse> {
-    let id: i64 = sqlx::query_scalar("INSERT INTO orders (account_id, body) VALUES ($1, $2) RETURNING id")
-        .bind(*account)
-        .bind(body.to_string())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(actix_web::error::ErrorInternalServerError)?;
+    let id: i64 =
+        sqlx::query_scalar("INSERT INTO orders (account_id, body) VALUES ($1, $2) RETURNING id")
+            .bind(*account)
+            .bind(body.to_string())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(actix_web::error::ErrorInternalServerError)?;
     Ok(HttpResponse::Created().json(id))
 }
 
@@ -53,5 +54,8 @@ fn main() {
         .service(create_order)
         .service(create_payment)
         .route("/touch/{account}", web::post().to(touch::<sqlx::Sqlite>))
-        .route("/touch-pg/{account}", web::post().to(touch::<sqlx::Postgres>));
+        .route(
+            "/touch-pg/{account}",
+            web::post().to(touch::<sqlx::Postgres>),
+        );
 }

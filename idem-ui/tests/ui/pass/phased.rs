@@ -29,13 +29,16 @@ async fn create_payment(
     let provider_key = phases.derived_key("charge");
     let lease = phases.lease();
     phases
-        .run("charged", async |mut tx| -> Result<(), idem::phased::PhaseError> {
-            lease.extend().await?;
-            let _ = (&provider_key, &body);
-            tx.enqueue("receipts", &serde_json::json!({ "payment": payment.id }))
-                .await?;
-            Ok(())
-        })
+        .run(
+            "charged",
+            async |mut tx| -> Result<(), idem::phased::PhaseError> {
+                lease.extend().await?;
+                let _ = (&provider_key, &body);
+                tx.enqueue("receipts", &serde_json::json!({ "payment": payment.id }))
+                    .await?;
+                Ok(())
+            },
+        )
         .await?;
     Ok(HttpResponse::Created().json(payment))
 }

@@ -14,7 +14,10 @@ async fn provider_event(
 }
 
 fn main() {
-    let verifier = idem::WebhookVerifier::new("provider", "ZG9jLWV4YW1wbGUtc2VjcmV0LTIwMjY=").unwrap();
-    let _: Router = Router::new()
-        .route("/webhooks/provider", post(provider_event).route_layer(Extension(verifier)));
+    let verifier =
+        idem::WebhookVerifier::new("provider", "ZG9jLWV4YW1wbGUtc2VjcmV0LTIwMjY=").unwrap();
+    let _: Router = Router::new().route(
+        "/webhooks/provider",
+        post(provider_event).route_layer(Extension(verifier)),
+    );
 }

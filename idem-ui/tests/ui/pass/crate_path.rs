@@ -9,7 +9,10 @@ mod platform {
 
 #[post("/orders")]
 #[platform::keys::idempotent(scope = account, crate = platform::keys)]
-async fn create_order(account: web::ReqData<i64>, tx: platform::keys::Tx<'_, sqlx::Postgres>) -> HttpResponse {
+async fn create_order(
+    account: web::ReqData<i64>,
+    tx: platform::keys::Tx<'_, sqlx::Postgres>,
+) -> HttpResponse {
     let _ = (account, &mut *tx);
     HttpResponse::Created().finish()
 }

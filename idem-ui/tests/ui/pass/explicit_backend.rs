@@ -13,7 +13,10 @@ async fn create_order(account: web::ReqData<i64>, tx: idem::Tx<'_, sqlx::Sqlite>
 
 #[post("/payments")]
 #[idempotent(scope = account, lease = "30s")]
-async fn create_payment(account: web::ReqData<i64>, phases: idem::Phases<sqlx::Postgres>) -> HttpResponse {
+async fn create_payment(
+    account: web::ReqData<i64>,
+    phases: idem::Phases<sqlx::Postgres>,
+) -> HttpResponse {
     let _ = (account, phases);
     HttpResponse::Created().finish()
 }
@@ -29,10 +32,20 @@ fn insert_order(tx: &mut idem::Tx<'_, sqlx::Postgres>) {
     let _ = tx;
 }
 
-fn operator(pool: sqlx::PgPool) -> (idem::Idem<sqlx::Postgres>, idem::outbox::Relay<sqlx::Postgres>, idem::admin::Expiry<sqlx::Postgres>) {
+fn operator(
+    pool: sqlx::PgPool,
+) -> (
+    idem::Idem<sqlx::Postgres>,
+    idem::outbox::Relay<sqlx::Postgres>,
+    idem::admin::Expiry<sqlx::Postgres>,
+) {
     // The functions that take a pool infer the database from it.
-    let _ = idem::migrate(&pool);
-    (idem::Idem::new(pool.clone()), idem::outbox::Relay::new(pool.clone()), idem::admin::Expiry::new(pool))
+    drop(idem::migrate(&pool));
+    (
+        idem::Idem::new(pool.clone()),
+        idem::outbox::Relay::new(pool.clone()),
+        idem::admin::Expiry::new(pool),
+    )
 }
 
 fn main() {

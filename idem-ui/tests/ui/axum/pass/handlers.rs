@@ -42,7 +42,11 @@ async fn create_order(
 
 /// A note, with a form body: docs stay on the handler.
 #[idem::axum::idempotent(scope = account)]
-async fn put_note(account: Extension<String>, tx: idem::Tx<'_, sqlx::Sqlite>, Form(note): Form<Note>) -> String {
+async fn put_note(
+    account: Extension<String>,
+    tx: idem::Tx<'_, sqlx::Sqlite>,
+    Form(note): Form<Note>,
+) -> String {
     let _ = &mut *tx;
     format!("{}: {}", account.0, note.text)
 }
@@ -60,10 +64,11 @@ async fn create_payment(
 ) -> Result<impl IntoResponse, idem::phased::PhaseError> {
     let payment: Payment = phases
         .run("payment_created", async |mut tx| {
-            let id = sqlx::query_scalar("INSERT INTO payments (account_id) VALUES ($1) RETURNING id")
-                .bind(account.0)
-                .fetch_one(&mut *tx)
-                .await?;
+            let id =
+                sqlx::query_scalar("INSERT INTO payments (account_id) VALUES ($1) RETURNING id")
+                    .bind(account.0)
+                    .fetch_one(&mut *tx)
+                    .await?;
             Ok::<_, idem::phased::PhaseError>(Payment { id })
         })
         .await?;
@@ -73,7 +78,10 @@ async fn create_payment(
 
 #[actix_web::post("/actix/orders")]
 #[idem::idempotent(scope = account)]
-async fn actix_order(account: actix_web::web::ReqData<i64>, tx: idem::Tx<'_, sqlx::Postgres>) -> &'static str {
+async fn actix_order(
+    account: actix_web::web::ReqData<i64>,
+    tx: idem::Tx<'_, sqlx::Postgres>,
+) -> &'static str {
     let _ = (&*account, &mut *tx);
     "ok"
 }
