@@ -104,6 +104,36 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
+    /// Stops the server with SIGSTOP: it keeps its connections but reads and answers
+    /// nothing (a stalled machine, or a replica fallen behind) until
+    /// [`resume`](Self::resume).
+    ///
+    /// ```no_run
+    /// let mut redis = idem_testkit::RedisServer::start();
+    /// redis.pause();
+    /// redis.resume();
+    /// ```
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`pause`](Self::pause)d server run again (SIGCONT).
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("kill {signal}: {e}"));
+        assert!(
+            status.success(),
+            "kill {signal} {}: {status}",
+            self.child.id()
+        );
+    }
+
     /// Starts the server again with the same port, arguments and directory, after
     /// [`kill`](Self::kill), and waits until it takes connections (it may still answer
     /// `LOADING` while it reads its files).
@@ -330,8 +360,14 @@ impl RedisCluster {
         self.nodes[node].kill();
     }
 
-    /// The indexes of the servers that CLUSTER NODES lists as replicas of `master`.
-    fn replicas_of(&self, master: usize) -> Vec<usize> {
+    /// The indexes of the servers that `CLUSTER NODES` on `master` lists as its replicas.
+    ///
+    /// ```no_run
+    /// let cluster = idem_testkit::RedisCluster::start_with_replicas(1);
+    /// let master = cluster.masters()[0];
+    /// assert_eq!(cluster.replicas_of(master).len(), 1);
+    /// ```
+    pub fn replicas_of(&self, master: usize) -> Vec<usize> {
         let port = self.nodes[master].port();
         let id = redis_cli(port, &["cluster", "myid"]).trim().to_owned();
         let nodes = redis_cli(port, &["cluster", "nodes"]);
@@ -375,6 +411,16 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Stops server `node` with SIGSTOP (see [`RedisServer::pause`]).
+    pub fn pause(&mut self, node: usize) {
+        self.nodes[node].pause();
+    }
+
+    /// Lets a paused server `node` run again (see [`RedisServer::resume`]).
+    pub fn resume(&mut self, node: usize) {
+        self.nodes[node].resume();
     }
 
     /// Starts killed server `node` again on its port and cluster configuration; it

@@ -19,17 +19,20 @@
 //! - `cluster`, `cluster-wait`: a Redis Cluster of 3 masters with a replica each; one
 //!   master SIGKILLed under load, its replica promoted, the old master started again (it
 //!   rejoins as a replica); with `cluster-wait` an answer counts as acknowledged only
-//!   once `WAIT 1` on the key's master confirmed it.
+//!   once `WAIT 1` on the key's master confirmed it;
+//! - `cluster-lag`, `cluster-lag-wait`: the same, with the victim's replica stopped
+//!   (SIGSTOP) for `--lag` seconds before the kill and let go right after it, as a
+//!   replica fallen behind: what the master answered meanwhile may not have reached it.
 //!
 //! Afterwards the checker sends every key again: an acknowledged key that is not a replay
 //! of the answer its client got is *lost* (gone, or not completed). The provider counts
 //! raw calls per key and the effects it made after its dedupe by derived key.
 //!
-//! The guarantees asserted (exit 1 when broken): `aof-always` and `cluster-wait` lose no
-//! acknowledged key; `no-aof` loses some (else the checker is blind); in every scenario
+//! The guarantees asserted (exit 1 when broken): `aof-always`, `cluster-wait` and
+//! `cluster-lag-wait` lose no acknowledged key; `no-aof` loses some (else the checker is blind); in every scenario
 //! every key completes, no replay differs from the acknowledged answer, and the provider
-//! makes no effect twice after its dedupe. `aof-everysec` and `cluster` losses are
-//! printed, not asserted. A setup failure panics (exit 101); every server is killed on
+//! makes no effect twice after its dedupe. `aof-everysec`, `cluster` and `cluster-lag`
+//! losses are printed, not asserted. A setup failure panics (exit 101); every server is killed on
 //! the way out.
 
 mod load;
@@ -66,6 +69,10 @@ struct Args {
     /// Seconds a killed single node stays down before it is started again.
     #[arg(long, default_value_t = 0.5)]
     down: f64,
+    /// Seconds the victim's replica is stopped (SIGSTOP) before the master is killed, in
+    /// the `cluster-lag` scenarios.
+    #[arg(long, default_value_t = 2.0)]
+    lag: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -75,15 +82,19 @@ enum Scenario {
     NoAof,
     Cluster,
     ClusterWait,
+    ClusterLag,
+    ClusterLagWait,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 7] = [
         Scenario::AofAlways,
         Scenario::AofEverysec,
         Scenario::NoAof,
         Scenario::Cluster,
         Scenario::ClusterWait,
+        Scenario::ClusterLag,
+        Scenario::ClusterLagWait,
     ];
 
     fn name(self) -> &'static str {
@@ -93,7 +104,13 @@ impl Scenario {
             Scenario::NoAof => "no-aof",
             Scenario::Cluster => "cluster",
             Scenario::ClusterWait => "cluster-wait",
+            Scenario::ClusterLag => "cluster-lag",
+            Scenario::ClusterLagWait => "cluster-lag-wait",
         }
+    }
+
+    fn waits(self) -> bool {
+        matches!(self, Scenario::ClusterWait | Scenario::ClusterLagWait)
     }
 }
 
@@ -193,11 +210,13 @@ fn main() -> ExitCode {
 fn guarantee(scenario: Scenario, f: &Figures) -> Vec<String> {
     let mut broken = Vec::new();
     match scenario {
-        Scenario::AofAlways | Scenario::ClusterWait if f.lost > 0 => broken.push(format!(
-            "{} acknowledged keys lost, 0 allowed with {}",
-            f.lost,
-            scenario.name()
-        )),
+        Scenario::AofAlways | Scenario::ClusterWait | Scenario::ClusterLagWait if f.lost > 0 => {
+            broken.push(format!(
+                "{} acknowledged keys lost, 0 allowed with {}",
+                f.lost,
+                scenario.name()
+            ))
+        }
         Scenario::NoAof if f.lost_acked_before_kill == 0 => broken.push(format!(
             "no key lost without an append-only file, though {} were acknowledged before \
              the kill: the checker does not see losses",
@@ -319,14 +338,17 @@ async fn one_run(args: &Args, scenario: Scenario, run: usize) -> Figures {
                 .unwrap_or_else(|e| panic!("connect to {}: {e}", server.url()));
             (Servers::Single(server, dir), Store::Single(store))
         }
-        Scenario::Cluster | Scenario::ClusterWait => {
+        Scenario::Cluster
+        | Scenario::ClusterWait
+        | Scenario::ClusterLag
+        | Scenario::ClusterLagWait => {
             let cluster = tokio::task::block_in_place(|| RedisCluster::start_with_replicas(1));
             let urls = cluster.urls();
             let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
             let store = RedisStore::connect_cluster(&nodes)
                 .await
                 .unwrap_or_else(|e| panic!("connect to the cluster {urls:?}: {e}"));
-            let wait = scenario == Scenario::ClusterWait;
+            let wait = scenario.waits();
             (Servers::Cluster(cluster), Store::Cluster { store, wait })
         }
     };
@@ -346,7 +368,7 @@ async fn one_run(args: &Args, scenario: Scenario, run: usize) -> Figures {
         })
         .collect();
     tokio::time::sleep(Duration::from_secs_f64(args.before)).await;
-    let kill = Instant::now();
+    let mut kill = Instant::now();
     let mut promoted_after = None;
     match &mut servers {
         Servers::Single(server, _) => {
@@ -356,7 +378,19 @@ async fn one_run(args: &Args, scenario: Scenario, run: usize) -> Figures {
         }
         Servers::Cluster(cluster) => {
             let victim = tokio::task::block_in_place(|| cluster.masters()[0]);
-            cluster.kill(victim);
+            let lagging = matches!(scenario, Scenario::ClusterLag | Scenario::ClusterLagWait)
+                .then(|| tokio::task::block_in_place(|| cluster.replicas_of(victim)[0]));
+            if let Some(replica) = lagging {
+                // The replica falls behind: the master keeps answering while what it
+                // sends the replica waits in socket buffers and then in its own memory.
+                cluster.pause(replica);
+                tokio::time::sleep(Duration::from_secs_f64(args.lag)).await;
+                kill = Instant::now();
+                cluster.kill(victim);
+                cluster.resume(replica);
+            } else {
+                cluster.kill(victim);
+            }
             tokio::task::block_in_place(|| {
                 cluster.wait_for_promotion(victim);
                 promoted_after = Some(kill.elapsed());
