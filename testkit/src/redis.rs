@@ -97,6 +97,16 @@ impl RedisServer {
         self.port
     }
 
+    /// The server's process id (a benchmark counts its CPU time).
+    ///
+    /// ```no_run
+    /// let redis = idem_testkit::RedisServer::start();
+    /// assert!(std::path::Path::new(&format!("/proc/{}", redis.pid())).exists());
+    /// ```
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server with SIGKILL (no shutdown, no last write to its files) and waits
     /// until it is gone.
     pub fn kill(&mut self) {
