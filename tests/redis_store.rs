@@ -519,3 +519,63 @@ async fn on_a_cluster_every_script_stays_in_its_keys_slot() {
         }
     }
 }
+
+/// `WAIT` on a cluster: the client sends a plain `WAIT` to every master and answers the
+/// least count, so one master without a replica holds every key back;
+/// `wait_for_replicas_of` asks the master of the key's slot only.
+#[tokio::test]
+async fn on_a_cluster_waiting_for_replicas_asks_the_keys_master() {
+    let mut cluster = idem_testkit::RedisCluster::start_with_replicas(1);
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = RedisStore::connect_cluster(&nodes).await.expect("connect");
+    let record = |key: &str| format!("idem:{{{}:{key}}}", redis_support::SCOPE);
+    // Two keys on different masters.
+    let first = "wait-0".to_owned();
+    let first_master = cluster.master_of(&record(&first));
+    let other = (1..)
+        .map(|i| format!("wait-{i}"))
+        .find(|k| cluster.master_of(&record(k)) != first_master)
+        .unwrap();
+    // The first key's master loses its replica.
+    let replicas = cluster.replicas_of(first_master);
+    assert_eq!(replicas.len(), 1, "one replica per master");
+    cluster.kill(replicas[0]);
+    for key in [&first, &other] {
+        let attempt = claimed_on(&store, &request(key, 1, LEASE, RETENTION)).await;
+        assert!(store.complete(&attempt, 200, b"", b"ok").await.unwrap());
+    }
+    // Redis's WAIT waits the whole timeout when too few replicas acknowledge: short.
+    let short = Duration::from_millis(50);
+    let scope = redis_support::SCOPE;
+    let other_acked = until(|| async {
+        // The killed replica may still be counted until its master sees the link drop.
+        let n = store
+            .wait_for_replicas_of(scope, &other, 1, short)
+            .await
+            .unwrap();
+        (n == 1).then_some(n)
+    })
+    .await;
+    assert_eq!(other_acked, 1);
+    until(|| async {
+        let n = store
+            .wait_for_replicas_of(scope, &first, 1, short)
+            .await
+            .unwrap();
+        (n == 0).then_some(())
+    })
+    .await;
+    // The plain WAIT answers for the master without a replica, whichever key was written.
+    assert_eq!(store.wait_for_replicas(1, short).await.unwrap(), 0);
+}
+
+async fn claimed_on(
+    store: &RedisStore<redis::cluster_async::ClusterConnection>,
+    req: &RedisRequest<'_>,
+) -> Attempt {
+    match store.claim(req).await.expect("claim") {
+        RedisClaim::Claimed(attempt) => attempt,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}

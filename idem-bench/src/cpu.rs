@@ -87,6 +87,15 @@ impl Probe {
         }
     }
 
+    /// The server child, the Redis server (in the database's column) and this process:
+    /// the Redis rows, whose handlers use no PostgreSQL.
+    pub(crate) fn with_redis(server: Option<u32>, redis: u32) -> Probe {
+        Probe {
+            server,
+            postgres: vec![redis],
+        }
+    }
+
     /// The server child (if any) and this process alone: SQLite runs inside the server.
     pub(crate) fn without_database(server: Option<u32>) -> Probe {
         Probe {

@@ -23,6 +23,7 @@ mod memory;
 mod options;
 mod orders;
 mod profile;
+mod redis_rows;
 mod report;
 mod results;
 mod run;

@@ -58,10 +58,23 @@ async fn postgres(options: &Options) -> Result<PostgresResults, String> {
     db::create_schema(&pool).await?;
     let database = db::server_info(&pool).await?;
     eprintln!("idem-bench: {}", database.summary());
-    let server = Server::start_with(
+    // The Redis rows' own server: private, on a free loopback port, nothing on disk
+    // (as the private PostgreSQL runs without fsync); killed when this part ends.
+    let redis = options
+        .scenarios
+        .iter()
+        .any(|s| s.on_redis())
+        .then(idem_testkit::RedisServer::start);
+    let redis_url = redis.as_ref().map(idem_testkit::RedisServer::url);
+    let redis_args: Vec<&str> = match &redis_url {
+        Some(url) => vec!["--redis", url],
+        None => Vec::new(),
+    };
+    let server = Server::start_with_args(
         db.url(),
         server_pool,
         options.acquire_ping,
+        &redis_args,
         &[],
         Duration::from_secs(60),
     )?;
@@ -72,7 +85,10 @@ async fn postgres(options: &Options) -> Result<PostgresResults, String> {
         crate::server::workers()
     );
 
-    let completed = Completed::default();
+    let completed = Completed {
+        redis_pid: redis.as_ref().map(idem_testkit::RedisServer::pid),
+        ..Completed::default()
+    };
     let (table, breakdown) = if options.skip_table {
         (Vec::new(), Vec::new())
     } else {
@@ -104,6 +120,7 @@ async fn postgres(options: &Options) -> Result<PostgresResults, String> {
         expiry::run(options, server_pool).await?
     };
     drop(db);
+    drop(redis);
     Ok(PostgresResults {
         database,
         server_workers: crate::server::workers(),
@@ -123,6 +140,10 @@ struct Completed {
     hand: Arc<KeyLog>,
     floor: Arc<KeyLog>,
     axum_idem: Arc<KeyLog>,
+    redis_hand: Arc<KeyLog>,
+    redis_idem: Arc<KeyLog>,
+    /// The Redis rows' server, whose CPU time those rows count instead of PostgreSQL's.
+    redis_pid: Option<u32>,
 }
 
 /// The HTTP load of a scenario of the table; `None` for the floor.
@@ -152,6 +173,23 @@ fn http_load(scenario: Scenario, completed: &Completed) -> Option<HttpLoad> {
             "/idem/orders",
             Mode::Replay(Arc::clone(&completed.axum_idem)),
         ),
+        Scenario::RedisBare => (crate::redis_rows::BARE_PATH, Mode::Fresh(None)),
+        Scenario::RedisHand => (
+            crate::redis_rows::HAND_PATH,
+            Mode::Fresh(Some(Arc::clone(&completed.redis_hand))),
+        ),
+        Scenario::RedisHandReplay => (
+            crate::redis_rows::HAND_PATH,
+            Mode::Replay(Arc::clone(&completed.redis_hand)),
+        ),
+        Scenario::RedisIdem => (
+            crate::redis_rows::IDEM_PATH,
+            Mode::Fresh(Some(Arc::clone(&completed.redis_idem))),
+        ),
+        Scenario::RedisReplay => (
+            crate::redis_rows::IDEM_PATH,
+            Mode::Replay(Arc::clone(&completed.redis_idem)),
+        ),
         Scenario::FloorBare
         | Scenario::FloorHand
         | Scenario::FloorProtocol
@@ -168,7 +206,10 @@ async fn run_scenario(
     completed: &Completed,
     duration: Duration,
 ) -> Result<Stats, String> {
-    let probe = Probe::new(Some(server.pid()), pool).await;
+    let probe = match completed.redis_pid {
+        Some(redis) if scenario.on_redis() => Probe::with_redis(Some(server.pid()), redis),
+        _ => Probe::new(Some(server.pid()), pool).await,
+    };
     let before = probe.sample();
     let mut stats =
         run_scenario_inner(scenario, options, server, pool, completed, duration).await?;

@@ -111,6 +111,8 @@ struct ServeArgs {
     acquire_ping: bool,
     /// SQLite's `synchronous`; `None`: sqlx's default (FULL), as the example has it.
     synchronous: Option<SqliteSynchronous>,
+    /// Serve the Redis rows (`redis_rows.rs`) on this Redis.
+    redis: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<ServeArgs, String> {
@@ -118,11 +120,13 @@ fn parse(args: &[String]) -> Result<ServeArgs, String> {
     let mut pool = 20;
     let mut acquire_ping = true;
     let mut synchronous = None;
+    let mut redis = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let value = args.next().ok_or_else(|| format!("{arg} needs a value"))?;
         match arg.as_str() {
             "--url" => url = Some(value.clone()),
+            "--redis" => redis = Some(value.clone()),
             "--pool" => pool = value.parse().map_err(|_| format!("--pool {value}"))?,
             "--acquire-ping" => {
                 acquire_ping = value
@@ -144,6 +148,7 @@ fn parse(args: &[String]) -> Result<ServeArgs, String> {
         pool,
         acquire_ping,
         synchronous,
+        redis,
     })
 }
 
@@ -165,10 +170,16 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
+    let redis = match &args.redis {
+        Some(url) => Some(web::Data::new(
+            crate::redis_rows::RedisRows::connect(url).await?,
+        )),
+        None => None,
+    };
     if args.url.starts_with("sqlite:") {
-        serve_on(sqlite_pool(&args).await?).await
+        serve_on(sqlite_pool(&args).await?, redis).await
     } else {
-        serve_on(postgres_pool(&args).await?).await
+        serve_on(postgres_pool(&args).await?, redis).await
     }
 }
 
@@ -209,7 +220,10 @@ async fn sqlite_pool(args: &ServeArgs) -> Result<Pool<sqlx::Sqlite>, String> {
         .map_err(|e| format!("cannot open the database: {e}"))
 }
 
-async fn serve_on<DB: AxumRoutes>(pool: Pool<DB>) -> Result<(), String> {
+async fn serve_on<DB: AxumRoutes>(
+    pool: Pool<DB>,
+    redis: Option<web::Data<crate::redis_rows::RedisRows>>,
+) -> Result<(), String> {
     let idem = idem::Idem::new(pool.clone())
         // Explicit, so the 1 MiB scenarios do not depend on the default limit.
         .max_stored_bytes(2 * BIG_BODY);
@@ -228,6 +242,11 @@ async fn serve_on<DB: AxumRoutes>(pool: Pool<DB>) -> Result<(), String> {
             .route("/phased/orders", web::post().to(phased::<DB>))
             .route("/bare-big/orders", web::post().to(bare_big::<DB>))
             .route("/idem-big/orders", web::post().to(idem_big::<DB>))
+            .configure(|cfg| {
+                if let Some(rows) = &redis {
+                    crate::redis_rows::routes(cfg, rows.clone());
+                }
+            })
     })
     .workers(workers())
     .bind(("127.0.0.1", 0))

@@ -196,6 +196,7 @@ pub(super) fn checks(pg: &PostgresResults) -> Vec<Check> {
         ),
     ];
     checks.extend(axum_checks(table));
+    checks.extend(redis_checks(table));
     let claim = pg
         .scale
         .as_ref()
@@ -238,6 +239,43 @@ pub(super) fn checks(pg: &PostgresResults) -> Vec<Check> {
         });
     }
     checks
+}
+
+/// The Redis rows against their hand-written baseline, with issue 40's targets; `n/a`
+/// while `redis-idem` and `redis-replay` are not served (`Scenario::PENDING`).
+fn redis_checks(table: &[(Scenario, Stats)]) -> Vec<Check> {
+    use Scenario::{RedisBare, RedisHand, RedisHandReplay, RedisIdem, RedisReplay};
+    let check = |what, pair, min: Option<f64>| {
+        let target = min.map_or("(no target)".to_owned(), |min| format!(">= {min}"));
+        at_least(table, what, pair, min, target)
+    };
+    vec![
+        check(
+            "redis idem/hand throughput",
+            Pair::Rate(RedisIdem, RedisHand),
+            Some(0.95),
+        ),
+        check(
+            "redis replay/idem throughput",
+            Pair::Rate(RedisReplay, RedisIdem),
+            Some(2.0),
+        ),
+        check(
+            "redis idem/hand, by CPU per request",
+            Pair::Cpu(RedisIdem, RedisHand),
+            Some(0.95),
+        ),
+        check(
+            "redis hand/bare throughput",
+            Pair::Rate(RedisHand, RedisBare),
+            None,
+        ),
+        check(
+            "redis hand-replay/hand throughput",
+            Pair::Rate(RedisHandReplay, RedisHand),
+            None,
+        ),
+    ]
 }
 
 /// The axum form against its own baselines, with issue 16's targets, and beside the

@@ -32,6 +32,7 @@ use bytes::Bytes;
 mod admin;
 mod keys;
 mod reply;
+mod wait;
 
 pub use admin::{RedisKeyStats, inspect_key, key_stats};
 
@@ -449,8 +450,10 @@ where
     /// sent before (Redis's `WAIT`), or `timeout` passed; returns how many did. Redis
     /// acknowledges a write before it reaches a replica (or the disk: `appendfsync
     /// always` on the server for that), so a completion that must survive a failover
-    /// waits here before its answer is sent. On a cluster connection, `WAIT` goes to one
-    /// node chosen by the client, not necessarily the key's: single node only for now.
+    /// waits here before its answer is sent. On a cluster connection the client sends
+    /// `WAIT` to every master and answers the least count: use
+    /// [`wait_for_replicas_of`](RedisStore::wait_for_replicas_of) there, which asks the
+    /// master of one key.
     pub async fn wait_for_replicas(
         &self,
         replicas: u32,
