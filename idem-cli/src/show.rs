@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::admin::{KeyRecord, KeyStats, StateCount, StrandedKey};
+use idem_runtime::admin::{InProgressKey, KeyRecord, KeyStats, StateCount, StrandedKey};
 use idem_runtime::redis::RedisKeyStats;
 
 /// Most bytes of a stored body `inspect` shows.
@@ -16,30 +16,7 @@ pub(crate) fn stats(stats: &KeyStats, now: SystemTime) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "due for deletion    {}", stats.deletable);
     let _ = writeln!(out, "in a lease          {}", stats.in_lease);
-    match &stats.oldest_in_progress {
-        None => {
-            let _ = writeln!(out, "oldest in progress  none");
-        }
-        Some(key) => {
-            let _ = writeln!(
-                out,
-                "oldest in progress  scope {:?} key {:?} at {:?}, created {} ({})",
-                key.scope,
-                key.key,
-                key.recovery_point,
-                timestamp(key.created_at),
-                relative(key.created_at, now)
-            );
-            if let Some(until) = key.locked_until {
-                let _ = writeln!(
-                    out,
-                    "                    lease until {} ({})",
-                    timestamp(until),
-                    relative(until, now)
-                );
-            }
-        }
-    }
+    oldest_in_progress(&mut out, stats.oldest_in_progress.as_ref(), now);
     let _ = writeln!(
         out,
         "stranded            {} (in progress past retention; see `idem stranded`)",
@@ -82,22 +59,7 @@ pub(crate) fn redis_stats(stats: &RedisKeyStats, now: SystemTime) -> String {
         "resumable           {} (lease ended; the next retry takes over)",
         stats.resumable
     );
-    match &stats.oldest_in_progress {
-        None => {
-            let _ = writeln!(out, "oldest in progress  none");
-        }
-        Some(key) => {
-            let _ = writeln!(
-                out,
-                "oldest in progress  scope {:?} key {:?} at {:?}, created {} ({})",
-                key.scope,
-                key.key,
-                key.recovery_point,
-                timestamp(key.created_at),
-                relative(key.created_at, now)
-            );
-        }
-    }
+    oldest_in_progress(&mut out, stats.oldest_in_progress.as_ref(), now);
     let _ = writeln!(out, "not idem's          {}", stats.foreign);
     let _ = writeln!(out, "without expiry      {}", stats.without_expiry);
     let _ = writeln!(
@@ -106,6 +68,31 @@ pub(crate) fn redis_stats(stats: &RedisKeyStats, now: SystemTime) -> String {
         bytes(stats.record_bytes)
     );
     out
+}
+
+/// The oldest key in progress, and its lease's end when it has one.
+fn oldest_in_progress(out: &mut String, key: Option<&InProgressKey>, now: SystemTime) {
+    let Some(key) = key else {
+        let _ = writeln!(out, "oldest in progress  none");
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "oldest in progress  scope {:?} key {:?} at {:?}, created {} ({})",
+        key.scope,
+        key.key,
+        key.recovery_point,
+        timestamp(key.created_at),
+        relative(key.created_at, now)
+    );
+    if let Some(until) = key.locked_until {
+        let _ = writeln!(
+            out,
+            "                    lease until {} ({})",
+            timestamp(until),
+            relative(until, now)
+        );
+    }
 }
 
 /// Keys by state and age, one line a state, then the total.
