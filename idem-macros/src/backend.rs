@@ -25,7 +25,7 @@ pub(crate) fn backend(
         let alias = Ident::new(UNNAMED, Span::mixed_site());
         return quote!(#alias);
     }
-    let database = match params.iter().find(|p| p.role != Role::Extractor) {
+    let database = match params.iter().find(|p| p.role.names_database()) {
         Some(param) => syntax::backend_arg(&param.ty),
         None => args.backend.given(),
     };
@@ -87,8 +87,9 @@ pub(crate) fn unnamed_backend(
              database: write `idem::Phases<sqlx::Sqlite>` (or `sqlx::Postgres`), or enable \
              only one"
         }
-        // The handler itself: it takes neither.
-        Role::Extractor => {
+        // The handler itself: it takes neither (`Steps` keeps no key in a database, and
+        // never reaches here).
+        Role::Extractor | Role::Steps => {
             "both `postgres` and `sqlite` are enabled, and this handler takes no `idem::Tx` \
              or `idem::Phases` to name its database: add `backend = sqlx::Sqlite` (or \
              `sqlx::Postgres`), or enable only one"

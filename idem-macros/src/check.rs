@@ -35,11 +35,19 @@ pub(crate) fn check(
     framework_rules(framework, &args, &func, &params, &mut errors);
     let scope = scope(&args, &func, &mut errors);
     let retention = retention(&args, &mut errors);
-    let lease = lease(&args, params.phases.as_ref(), retention, &mut errors);
+    let redis = args.store.given().is_some();
+    store_rules(&args, &params, &mut errors);
+    let lease = lease(&args, &params, retention, &mut errors);
     let key = key(&args, &func, scope.as_ref(), &mut errors);
     conflicting_params(&args, &params, &mut errors);
     let alias_reports = borrowed_params(&params, &mut errors);
-    let unnamed = unnamed_database(&krate, &args, &func, &params, alias_reports);
+    // Keys in Redis name no database; a `Tx` or `Phases` beside `store = redis` is an
+    // error, and still gets the alias its type names, so it adds no other.
+    let unnamed = if redis && params.tx.is_none() && params.phases.is_none() {
+        None
+    } else {
+        unnamed_database(&krate, &args, &func, &params, alias_reports)
+    };
     let shell = {
         let mut inner = func.clone();
         syntax::normalize_params(
@@ -93,6 +101,7 @@ pub(crate) fn check(
             scope,
             retention: retention.unwrap_or(validate::MIN_RETENTION),
             lease,
+            redis,
             key,
             route: attrs.route,
         }),
@@ -200,7 +209,7 @@ fn conflicting_params(args: &Args, params: &Params, errors: &mut Errors) {
 /// Reports each `Tx` or `Phases` taken by reference, but the one the alias reports;
 /// returns that one's index.
 fn borrowed_params(params: &Params, errors: &mut Errors) -> Option<usize> {
-    let by_value = params.params.iter().find(|p| p.role != Role::Extractor);
+    let by_value = params.params.iter().find(|p| p.role.names_database());
     // A `Tx` or `Phases` taken by reference is reported at its type. The first that names
     // no database, when no parameter taken by value gives the alias, is reported by the
     // alias (`borrowed_backend`): only the runtime knows whether to say to name one too.
@@ -238,7 +247,7 @@ fn unnamed_database(
 ) -> Option<TokenStream> {
     // The first parameter that names no database decides the message; a handler with
     // neither kind of parameter and no `backend = ..` names none either.
-    let by_value = params.params.iter().find(|p| p.role != Role::Extractor);
+    let by_value = params.params.iter().find(|p| p.role.names_database());
     match by_value {
         Some(param) if !syntax::names_backend(&param.ty) => {
             let (first, last) = syntax::first_and_last(&param.ty);
@@ -340,6 +349,7 @@ struct Params {
     params: Vec<Param>,
     tx: Option<Named>,
     phases: Option<Named>,
+    steps: Option<Named>,
     has_receiver: bool,
     /// Each `Tx` or `Phases` taken by reference, in order: one error each.
     borrowed: Vec<Borrowed>,
@@ -366,6 +376,7 @@ fn params(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Params {
         params: Vec::new(),
         tx: None,
         phases: None,
+        steps: None,
         has_receiver: false,
         borrowed: Vec::new(),
     };
@@ -405,16 +416,17 @@ fn params(framework: Framework, func: &ItemFn, errors: &mut Errors) -> Params {
             let (slot, what) = match role {
                 Role::Tx => (&mut params.tx, "transaction parameter"),
                 Role::Phases => (&mut params.phases, "phases parameter"),
+                Role::Steps => (&mut params.steps, "steps parameter"),
                 Role::Extractor => (&mut None, ""),
             };
             match (role, &*slot) {
                 (Role::Extractor, _) => {}
                 (_, None) => *slot = Some(named),
                 (_, Some(first)) => {
-                    let does = if role == Role::Tx {
-                        "already receives it"
-                    } else {
-                        "already runs the phases"
+                    let does = match role {
+                        Role::Tx => "already receives it",
+                        Role::Steps => "already runs the steps",
+                        _ => "already runs the phases",
                     };
                     errors.push(syn::Error::new_spanned(
                         arg,
@@ -478,6 +490,7 @@ fn scope(args: &Args, func: &ItemFn, errors: &mut Errors) -> Option<Scope> {
                 }
                 Role::Tx => "the transaction",
                 Role::Phases => "the phases",
+                Role::Steps => "the steps",
             };
             errors.push(syn::Error::new(
                 name.span(),
@@ -577,14 +590,68 @@ fn phases_with_tx(phases: &Named, tx: &Named) -> syn::Error {
     )
 }
 
-/// The phased form's `lease`: required with a phases parameter, refused without one, at
-/// least a second and at most the retention (when that could be read).
+/// The seed's one exception, in the types: keys in Redis never beside a database
+/// transaction (`Tx` or `Phases`), and `Steps` only with its keys in Redis.
+fn store_rules(args: &Args, params: &Params, errors: &mut Errors) {
+    if args.store.given().is_some() {
+        for param in [&params.tx, &params.phases].into_iter().flatten() {
+            errors.push(syn::Error::new_spanned(
+                &param.tokens,
+                "keys in Redis cannot commit with your database writes; keep this \
+                 endpoint's keys in PostgreSQL or SQLite, or move the effect out of the \
+                 database",
+            ));
+        }
+        if let Arg::Given(backend) = &args.backend {
+            errors.push(syn::Error::new_spanned(
+                backend,
+                "`backend` names the database a handler's keys are in; with `store = redis` \
+                 they are in Redis: remove `backend`",
+            ));
+        }
+    } else if let Some(steps) = &params.steps {
+        errors.push(syn::Error::new_spanned(
+            &steps.tokens,
+            format!(
+                "`{}: idem::redis::Steps` records its steps in Redis: add `store = redis` to \
+                 the attribute for an effect that lives outside the database, or take \
+                 `phases: idem::Phases` to keep the key with your database writes",
+                steps.name
+            ),
+        ));
+    }
+}
+
+/// The phased form's `lease`: required with a phases parameter or `store = redis`,
+/// refused without either, at least a second and at most the retention (when that could
+/// be read).
 fn lease(
     args: &Args,
-    phases: Option<&Named>,
+    params: &Params,
     retention: Option<Duration>,
     errors: &mut Errors,
 ) -> Option<Duration> {
+    let phases = params.phases.as_ref();
+    if let Some(store) = args.store.given() {
+        return match &args.lease {
+            Arg::Given(lit) => {
+                let retention = retention.map(|value| (value, args.retention.given()));
+                validate::lease(lit, retention)
+                    .map_err(|error| errors.push(error))
+                    .ok()
+            }
+            Arg::Absent => {
+                errors.push(syn::Error::new(
+                    store.span(),
+                    "`store = redis` holds each key under a lease: add e.g. `lease = \"30s\"`, \
+                     longer than the handler's longest step; a retry takes over once it runs \
+                     out",
+                ));
+                None
+            }
+            Arg::Unreadable => None,
+        };
+    }
     let result = match (&args.lease, phases) {
         (Arg::Given(lit), Some(_)) => {
             let retention = retention.map(|value| (value, args.retention.given()));

@@ -96,8 +96,6 @@ impl Model {
         let tx = local("__idem_tx");
         let phases = local("__idem_phases");
         let policy = local("__IDEM_POLICY");
-        let backend = &self.backend;
-        let lease_ms = self.lease_ms();
         let policy_items = policy_tokens(self, &policy);
 
         let Params {
@@ -125,9 +123,15 @@ impl Model {
         };
         let call = quote!(#name(#(#call_args),*));
         let run = run_tokens(
-            lease_ms, &prepared, &scope, &tx, &phases, &value, &call, &respond,
+            self, &prepared, &scope, &tx, &phases, &value, &call, &respond,
         );
 
+        let prepare = if self.redis {
+            quote!(#krate::__private::actix::prepare_redis)
+        } else {
+            let backend = &self.backend;
+            quote!(#krate::__private::actix::prepare::<#backend>)
+        };
         let unnamed = unnamed_alias(&self.shell);
         tokens.extend(quote! {
             #outer {
@@ -136,7 +140,7 @@ impl Model {
 
                 #policy_items
 
-                let #prepared = match #krate::__private::actix::prepare::<#backend>(&#policy, #req, #payload).await {
+                let #prepared = match #prepare(&#policy, #req, #payload).await {
                     ::core::result::Result::Ok(prepared) => prepared,
                     ::core::result::Result::Err(response) => return response,
                 };

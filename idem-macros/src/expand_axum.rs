@@ -96,7 +96,12 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
     let tx = local("__idem_tx");
     let phases = local("__idem_phases");
     let policy = local("__IDEM_POLICY");
-    let backend = &model.backend;
+    let prepare = if model.redis {
+        quote!(#krate::__private::axum::prepare_redis)
+    } else {
+        let backend = &model.backend;
+        quote!(#krate::__private::axum::prepare::<#backend>)
+    };
     let policy_items = policy_tokens(model, &policy);
 
     let last = model
@@ -166,14 +171,7 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
     };
     let call = quote!(#name(#(#call_args),*));
     let run = run_tokens(
-        model.lease_ms(),
-        &prepared,
-        &scope,
-        &tx,
-        &phases,
-        &value,
-        &call,
-        &respond,
+        model, &prepared, &scope, &tx, &phases, &value, &call, &respond,
     );
 
     let unnamed = unnamed_alias(&model.shell);
@@ -189,7 +187,7 @@ pub(crate) fn handler(model: &Model, tokens: &mut TokenStream) {
                 #policy_items
 
                 ::std::boxed::Box::pin(async move {
-                    let #prepared = match #krate::__private::axum::prepare::<#backend>(&#policy, #req).await {
+                    let #prepared = match #prepare(&#policy, #req).await {
                         ::core::result::Result::Ok(prepared) => prepared,
                         ::core::result::Result::Err(response) => return response,
                     };

@@ -54,8 +54,11 @@ pub(crate) struct Model {
     /// accept (and any mistake reported where the handler is routed). Tokens rather than
     /// the `Type`, which is all the expansion needs of it.
     pub(crate) state: Option<TokenStream>,
-    /// The phased form's lease; `Some` exactly when a parameter is `Phases`.
+    /// The phased form's lease; `Some` exactly when a parameter is `Phases`, or the keys
+    /// are in Redis.
     pub(crate) lease: Option<Duration>,
+    /// `store = redis`: the keys live in Redis, and the handler may take `Steps`.
+    pub(crate) redis: bool,
     /// A webhook handler's key source (`key = ..`); `None`: the `Idempotency-Key` header.
     pub(crate) key: Option<validate::KeySpec>,
     /// The method and path of the one route attribute, below `#[idempotent]` or above it,

@@ -10,7 +10,8 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Meta, Token, Type};
 use crate::errors::Errors;
 
 /// The valid argument names, as listed in error messages.
-const KEYS: &str = "`scope`, `retention`, `lease`, `key`, `backend`, `state` (axum) or `crate`";
+const KEYS: &str =
+    "`scope`, `retention`, `lease`, `key`, `store`, `backend`, `state` (axum) or `crate`";
 
 /// One argument as the list left it.
 pub(crate) enum Arg<T> {
@@ -48,6 +49,9 @@ pub(crate) struct Args {
     /// `backend = sqlx::Sqlite`: the database of a handler that takes no `Tx` or
     /// `Phases`, needed when both databases are enabled.
     pub(crate) backend: Arg<Type>,
+    /// `store = redis`: the keys live in Redis, for an effect outside the database; the
+    /// name's span, for the errors about what goes with it.
+    pub(crate) store: Arg<Ident>,
     /// `state = AppState`: the one router state an axum handler is for, so that each
     /// extractor is checked against it at its parameter. The name is kept for the
     /// error on an actix-web handler, which has no router state.
@@ -79,6 +83,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         krate: Arg::Absent,
         key: Arg::Absent,
         backend: Arg::Absent,
+        store: Arg::Absent,
         state: Arg::Absent,
         span,
         end,
@@ -93,6 +98,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             args.krate = Arg::Unreadable;
             args.key = Arg::Unreadable;
             args.backend = Arg::Unreadable;
+            args.store = Arg::Unreadable;
             args.state = Arg::Unreadable;
             return args;
         }
@@ -137,6 +143,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             "lease" => set(&mut args.lease, name, duration(name, &pair.value, "30s")),
             "crate" => set(&mut args.krate, name, crate_path(&pair.value)),
             "key" => set(&mut args.key, name, key_source(&pair.value)),
+            "store" => set(&mut args.store, name, store(&pair.value)),
             _ => Err(unknown(&pair.path)),
         };
         if let Err(error) = stored {
@@ -164,6 +171,26 @@ fn set<T>(slot: &mut Arg<T>, name: &Ident, value: syn::Result<T>) -> syn::Result
             *slot = Arg::Unreadable;
             Err(error)
         }
+    }
+}
+
+/// `store = redis`: the one store an attribute names; without it the keys are in the
+/// database of the `Idem` the application registers.
+fn store(value: &Expr) -> syn::Result<Ident> {
+    let ident = match value {
+        Expr::Path(ExprPath {
+            qself: None, path, ..
+        }) => path.get_ident().cloned(),
+        _ => None,
+    };
+    match ident {
+        Some(ident) if ident == "redis" => Ok(ident),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`store` takes `redis` (`store = redis`), for an endpoint whose effect lives \
+             outside the database; without `store` the keys are in the database of the \
+             registered `idem::Idem`",
+        )),
     }
 }
 

@@ -208,6 +208,8 @@ pub(crate) enum Role {
     Tx,
     /// The phased form's `idem::Phases`.
     Phases,
+    /// The phased form's `idem::redis::Steps`, with the keys in Redis.
+    Steps,
 }
 
 impl Role {
@@ -217,6 +219,7 @@ impl Role {
         match ty {
             Type::Path(path) if last_segment_is(path, "Tx") => Self::Tx,
             Type::Path(path) if last_segment_is(path, "Phases") => Self::Phases,
+            Type::Path(path) if last_segment_is(path, "Steps") => Self::Steps,
             _ => Self::Extractor,
         }
     }
@@ -226,7 +229,13 @@ impl Role {
         let Type::Reference(reference) = ty else {
             return None;
         };
-        Some(Self::of(&reference.elem)).filter(|role| *role != Self::Extractor)
+        Some(Self::of(&reference.elem)).filter(|role| role.names_database())
+    }
+
+    /// Whether the parameter's type names the database its keys are in: `Tx` and
+    /// `Phases`, not an extractor or `Steps` (whose keys are in Redis).
+    pub(crate) fn names_database(self) -> bool {
+        matches!(self, Self::Tx | Self::Phases)
     }
 
     /// The type's name as the docs spell it.
@@ -234,6 +243,7 @@ impl Role {
         match self {
             Self::Tx => "Tx",
             Self::Phases => "Phases",
+            Self::Steps => "Steps",
             Self::Extractor => "",
         }
     }
@@ -290,7 +300,9 @@ pub(crate) fn normalize_params(
         if role == Role::Extractor {
             continue;
         }
-        if !names_backend(&arg.ty) {
+        if role == Role::Steps {
+            // No database to name: only the `mut` binding below.
+        } else if !names_backend(&arg.ty) {
             let backend = unnamed(&arg.ty);
             if let Type::Path(path) = &mut *arg.ty {
                 set_backend(path, backend);

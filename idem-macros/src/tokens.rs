@@ -50,12 +50,13 @@ pub(crate) fn policy_tokens(model: &Model, policy: &Ident) -> TokenStream {
     }
 }
 
-/// The call into the core around the user's function: `run` with the transaction, or
-/// `run_phased` with the lease and the phases; `respond` turns the function's value
-/// into the framework's response. Both frameworks' adapters have these two methods.
+/// The call into the core around the user's function: `run` with the transaction,
+/// `run_phased` with the lease and the phases, or `run_steps` with the lease and the
+/// steps (keys in Redis); `respond` turns the function's value into the framework's
+/// response. Both frameworks' adapters have these methods.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_tokens(
-    lease_ms: Option<u64>,
+    model: &Model,
     prepared: &Ident,
     scope: &Ident,
     tx: &Ident,
@@ -64,7 +65,12 @@ pub(crate) fn run_tokens(
     call: &TokenStream,
     respond: &TokenStream,
 ) -> TokenStream {
-    match lease_ms {
+    let run = if model.redis {
+        quote!(run_steps)
+    } else {
+        quote!(run_phased)
+    };
+    match model.lease_ms() {
         None => quote! {
             #prepared
                 .run(&#scope, async move |#tx| {
@@ -75,7 +81,7 @@ pub(crate) fn run_tokens(
         },
         Some(lease_ms) => quote! {
             #prepared
-                .run_phased(
+                .#run(
                     &#scope,
                     ::core::time::Duration::from_millis(#lease_ms),
                     async move |#phases| {
@@ -119,7 +125,8 @@ pub(crate) fn param_tokens(
                 params.call_args.push(quote!(#tx));
                 continue;
             }
-            Role::Phases => {
+            // One form per handler: the phases and the steps take the same binding.
+            Role::Phases | Role::Steps => {
                 params.call_args.push(quote!(#phases));
                 continue;
             }

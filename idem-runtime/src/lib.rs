@@ -28,7 +28,10 @@ pub mod redis {
     //! lives only outside the relational database (a provider's e-mail, SMS or charge).
     //!
     //! Keys in Redis cannot commit with database writes: an endpoint that writes to a
-    //! database keeps its keys in PostgreSQL or SQLite. See [`RedisStore`].
+    //! database keeps its keys in PostgreSQL or SQLite. The attribute's
+    //! `store = redis` reads a [`RedisIdem`] and passes [`Steps`]; see [`RedisStore`]
+    //! for the keys' layout.
+    pub use crate::protocol::redis::{RedisIdem, Steps};
     pub use crate::store::redis::{
         Attempt, RedisClaim, RedisKeyStats, RedisRequest, RedisStore, RedisStoreError, Released,
         StoredAnswer, inspect_key, key_stats,
@@ -112,6 +115,8 @@ pub mod __private {
     /// group.
     #[cfg(feature = "actix")]
     pub mod actix {
+        #[cfg(feature = "redis")]
+        pub use crate::actix::prepare_redis;
         pub use crate::actix::{Prepared, extracted, prepare, respond};
         pub use actix_web::dev::Payload;
         pub use actix_web::web::Payload as WebPayload;
@@ -122,6 +127,8 @@ pub mod __private {
     /// points and the axum traits and types of the generated `Handler` impl.
     #[cfg(feature = "axum")]
     pub mod axum {
+        #[cfg(feature = "redis")]
+        pub use crate::axum::prepare_redis;
         pub use crate::axum::{
             BodyExtractor, Extracting, Extraction, PartsExtractor, Prepared, extract_last,
             extract_last_boxed, extract_parts, extract_parts_boxed, prepare,

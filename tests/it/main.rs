@@ -62,6 +62,7 @@ mod phased_in_progress;
 mod phased_outbox;
 mod phased_oversize;
 mod phased_takeover_race;
+mod redis_web;
 mod relay_exclusive;
 mod replay;
 mod retention_maximum;

@@ -141,20 +141,34 @@ fn assert_actix(helper: &str) {
     );
 }
 
+/// A test's own application, without the example's: `actix_routes` configures the
+/// actix-web application, `axum_routes` builds the axum router; the test's framework
+/// decides which is called.
+pub(crate) async fn own_service(
+    actix_routes: impl FnOnce(&mut web::ServiceConfig),
+    axum_routes: impl FnOnce() -> axum::Router,
+) -> TestApp {
+    match Framework::current() {
+        Framework::Actix => actix_app(actix_routes).await,
+        Framework::Axum => axum(axum_routes()),
+    }
+}
+
 async fn actix<DB: TestBackend>(
     idem: &idem::Idem<DB>,
     before: impl FnOnce(&mut web::ServiceConfig),
     after: impl FnOnce(&mut web::ServiceConfig),
 ) -> TestApp {
-    let service = Rc::new(
-        actix_test::init_service(
-            App::new()
-                .configure(before)
-                .configure(|cfg| super::app::configure(cfg, idem))
-                .configure(after),
-        )
-        .await,
-    );
+    actix_app(|cfg| {
+        before(cfg);
+        super::app::configure(cfg, idem);
+        after(cfg);
+    })
+    .await
+}
+
+async fn actix_app(routes: impl FnOnce(&mut web::ServiceConfig)) -> TestApp {
+    let service = Rc::new(actix_test::init_service(App::new().configure(routes)).await);
     // Boxing here keeps actix's request type (from actix-http, not a dependency of this
     // crate) out of every signature.
     TestApp {

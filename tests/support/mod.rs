@@ -43,8 +43,8 @@ use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite};
 
 #[allow(unused_imports)] // Each test file uses the part of this module it needs.
 pub(crate) use framework::{
-    Framework, Server, TestApp, serve_with_twin, service, service_before, service_before_twin,
-    service_with, service_with_twin,
+    Framework, Server, TestApp, own_service, serve_with_twin, service, service_before,
+    service_before_twin, service_with, service_with_twin,
 };
 pub(crate) use reply::Reply;
 #[allow(unused_imports)]

@@ -22,4 +22,6 @@ mod prepare;
 mod scope;
 mod webhook;
 
+#[cfg(feature = "redis")]
+pub use prepare::prepare_redis;
 pub use prepare::{Prepared, extracted, prepare, respond};

@@ -10,20 +10,23 @@ use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse, Responder};
 
 use super::framework::{Actix, problem_response};
-use crate::protocol::config::Idem;
+use crate::protocol::config::{Configured, Idem};
 use crate::protocol::exchange::Exchange;
 use crate::protocol::fingerprint::decode::BodyLimit;
 use crate::protocol::phased::Phases;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::ProblemKind;
+#[cfg(feature = "redis")]
+use crate::protocol::redis::{RedisIdem, Steps};
 use crate::protocol::tx::Tx;
 use crate::store::Backend;
 
 /// A request whose body is read, before any extractor ran.
 #[doc(hidden)]
 #[derive(Debug)]
-pub struct Prepared<DB: Backend> {
-    idem: Idem<DB>,
+pub struct Prepared<C> {
+    /// The key store's configuration: an [`Idem`], or Redis's.
+    idem: C,
     policy: &'static Policy,
     req: HttpRequest,
     /// The body as sent, for the extractors, which decode it themselves.
@@ -33,12 +36,10 @@ pub struct Prepared<DB: Backend> {
     content: Bytes,
 }
 
-/// Finds the `Idem` registered with `App::app_data`, plain or in `web::Data`.
-fn idem_of<DB: Backend>(req: &HttpRequest) -> Option<&Idem<DB>> {
-    req.app_data::<Idem<DB>>().or_else(|| {
-        req.app_data::<web::Data<Idem<DB>>>()
-            .map(|data| data.get_ref())
-    })
+/// Finds the configuration registered with `App::app_data`, plain or in `web::Data`.
+fn idem_of<C: Configured>(req: &HttpRequest) -> Option<&C> {
+    req.app_data::<C>()
+        .or_else(|| req.app_data::<web::Data<C>>().map(|data| data.get_ref()))
 }
 
 /// Buffers the body (413 past the limit) so each extractor can read it, and decodes its
@@ -51,11 +52,31 @@ pub async fn prepare<DB: Backend>(
     policy: &'static Policy,
     req: HttpRequest,
     payload: web::Payload,
-) -> Result<Prepared<DB>, HttpResponse> {
-    let Some(idem) = idem_of::<DB>(&req).cloned() else {
+) -> Result<Prepared<Idem<DB>>, HttpResponse> {
+    prepare_with(policy, req, payload).await
+}
+
+/// [`prepare`] for a handler whose keys live in Redis (`store = redis`).
+#[cfg(feature = "redis")]
+#[doc(hidden)]
+pub async fn prepare_redis(
+    policy: &'static Policy,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<Prepared<RedisIdem>, HttpResponse> {
+    prepare_with(policy, req, payload).await
+}
+
+async fn prepare_with<C: Configured>(
+    policy: &'static Policy,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<Prepared<C>, HttpResponse> {
+    let Some(idem) = idem_of::<C>(&req).cloned() else {
         tracing::error!(
             handler = policy.handler(),
-            "idem is not configured: register it with App::app_data(idem::Idem::new(pool))"
+            "idem is not configured: register it with App::app_data({})",
+            C::REGISTER
         );
         return Err(problem_response(ProblemKind::NotConfigured.problem(
             "the server has no idempotency store configured; this is a server bug",
@@ -105,7 +126,7 @@ pub fn respond<R: Responder>(value: R, req: &HttpRequest) -> HttpResponse {
     value.respond_to(req).map_into_boxed_body()
 }
 
-impl<DB: Backend> Prepared<DB> {
+impl<C: Configured> Prepared<C> {
     /// The request, for the handler's extractors.
     pub fn request(&self) -> &HttpRequest {
         &self.req
@@ -118,7 +139,7 @@ impl<DB: Backend> Prepared<DB> {
     }
 
     /// The request as the core reads it.
-    fn exchange(&self) -> Exchange<'_, DB, Actix, HeaderMap> {
+    fn exchange(&self) -> Exchange<'_, C, Actix, HeaderMap> {
         let req = &self.req;
         Exchange {
             idem: &self.idem,
@@ -134,7 +155,9 @@ impl<DB: Backend> Prepared<DB> {
             framework: PhantomData,
         }
     }
+}
 
+impl<DB: Backend> Prepared<Idem<DB>> {
     /// Claims the key, runs `handler` in the transaction, records its response and
     /// commits; or replays, or answers the problem the protocol calls for.
     pub async fn run<F>(self, scope: &str, handler: F) -> HttpResponse
@@ -151,5 +174,18 @@ impl<DB: Backend> Prepared<DB> {
         F: AsyncFnOnce(Phases<DB>) -> HttpResponse,
     {
         self.exchange().run_phased(scope, lease, handler).await
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Prepared<RedisIdem> {
+    /// The phased form with the key in Redis: claims it with a lease (or takes over an
+    /// attempt whose lease ran out), runs the handler with [`Steps`], and records its
+    /// answer.
+    pub async fn run_steps<F>(self, scope: &str, lease: Duration, handler: F) -> HttpResponse
+    where
+        F: AsyncFnOnce(Steps) -> HttpResponse,
+    {
+        self.exchange().run_steps(scope, lease, handler).await
     }
 }

@@ -32,6 +32,8 @@ mod scope;
 mod webhook;
 
 pub use layer::{IdempotencyLayer, IdempotentService};
+#[cfg(feature = "redis")]
+pub use prepare::prepare_redis;
 pub use prepare::{
     BodyExtractor, Extracting, Extraction, PartsExtractor, Prepared, extract_last,
     extract_last_boxed, extract_parts, extract_parts_boxed, prepare,

@@ -13,13 +13,15 @@ use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue};
 use http::request::Parts;
 
 use super::framework::{Axum, problem_response, read_limited};
-use crate::protocol::config::Idem;
+use crate::protocol::config::{Configured, Idem};
 use crate::protocol::exchange::Exchange;
 use crate::protocol::fingerprint::decode::{self, BodyLimit};
 use crate::protocol::framework::Unbuffered;
 use crate::protocol::phased::Phases;
 use crate::protocol::policy::Policy;
 use crate::protocol::problem::ProblemKind;
+#[cfg(feature = "redis")]
+use crate::protocol::redis::{RedisIdem, Steps};
 use crate::protocol::tx::{LentTx, Tx};
 use crate::protocol::webhook::verify::RawBody;
 use crate::store::Backend;
@@ -27,8 +29,9 @@ use crate::store::Backend;
 /// A request whose body is read and decoded, before any extractor ran.
 #[doc(hidden)]
 #[derive(Debug)]
-pub struct Prepared<DB: Backend> {
-    idem: Idem<DB>,
+pub struct Prepared<C> {
+    /// The key store's configuration: an [`Idem`], or Redis's.
+    idem: C,
     policy: &'static Policy,
     /// The request's head as sent: the fingerprint reads its headers.
     head: Parts,
@@ -58,13 +61,31 @@ pub struct Extraction {
 pub async fn prepare<DB: Backend>(
     policy: &'static Policy,
     req: Request,
-) -> Result<Prepared<DB>, Response> {
+) -> Result<Prepared<Idem<DB>>, Response> {
+    prepare_with(policy, req).await
+}
+
+/// [`prepare`] for a handler whose keys live in Redis (`store = redis`).
+#[cfg(feature = "redis")]
+#[doc(hidden)]
+pub async fn prepare_redis(
+    policy: &'static Policy,
+    req: Request,
+) -> Result<Prepared<RedisIdem>, Response> {
+    prepare_with(policy, req).await
+}
+
+async fn prepare_with<C: Configured>(
+    policy: &'static Policy,
+    req: Request,
+) -> Result<Prepared<C>, Response> {
     let (head, body) = req.into_parts();
-    let Some(idem) = head.extensions.get::<Idem<DB>>().cloned() else {
+    let Some(idem) = head.extensions.get::<C>().cloned() else {
         tracing::error!(
             handler = policy.handler(),
             "idem is not configured: add it to the router with \
-             Router::layer(axum::Extension(idem::Idem::new(pool)))"
+             Router::layer(axum::Extension({}))",
+            C::REGISTER
         );
         return Err(problem_response(ProblemKind::NotConfigured.problem(
             "the server has no idempotency store configured; this is a server bug",
@@ -201,7 +222,7 @@ where
         .map_err(IntoResponse::into_response)
 }
 
-impl<DB: Backend> Prepared<DB> {
+impl<C: Configured> Prepared<C> {
     /// The request for the extractors. axum decodes no `Content-Encoding` itself (tower-http's
     /// `RequestDecompressionLayer` does, in front of the handler, and removes the header), so
     /// the extractors get the decoded content without `Content-Encoding`, as that layer
@@ -223,7 +244,7 @@ impl<DB: Backend> Prepared<DB> {
     }
 
     /// The request as the core reads it.
-    fn exchange(&self) -> Exchange<'_, DB, Axum, HeaderMap> {
+    fn exchange(&self) -> Exchange<'_, C, Axum, HeaderMap> {
         let uri = &self.head.uri;
         Exchange {
             idem: &self.idem,
@@ -238,7 +259,9 @@ impl<DB: Backend> Prepared<DB> {
             framework: PhantomData,
         }
     }
+}
 
+impl<DB: Backend> Prepared<Idem<DB>> {
     /// Claims the key, runs `handler` in the transaction, records its response and
     /// commits; or replays, or answers the problem the protocol calls for.
     pub async fn run<F>(self, scope: &str, handler: F) -> Response
@@ -258,7 +281,7 @@ impl<DB: Backend> Prepared<DB> {
     }
 }
 
-impl<DB: Backend> Prepared<DB> {
+impl<DB: Backend> Prepared<Idem<DB>> {
     /// The layer's form: claims the key, lends the transaction to `handler` (the route
     /// behind the layer) and records its response with its writes.
     pub(crate) async fn run_lent<F>(self, scope: &str, handler: F) -> Response
@@ -266,5 +289,18 @@ impl<DB: Backend> Prepared<DB> {
         F: AsyncFnOnce(LentTx<DB>) -> Response,
     {
         self.exchange().run_lent(scope, handler).await
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Prepared<RedisIdem> {
+    /// The phased form with the key in Redis: claims it with a lease (or takes over an
+    /// attempt whose lease ran out), runs the handler with [`Steps`], and records its
+    /// answer.
+    pub async fn run_steps<F>(self, scope: &str, lease: Duration, handler: F) -> Response
+    where
+        F: AsyncFnOnce(Steps) -> Response,
+    {
+        self.exchange().run_steps(scope, lease, handler).await
     }
 }

@@ -72,6 +72,56 @@ pub struct Settings {
     keyring: crate::protocol::encryption::KeyringSlot,
 }
 
+/// The defaults [`Idem::new`] documents.
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            claim_wait: Duration::from_secs(1),
+            max_request_bytes: 2 * 1024 * 1024,
+            max_stored_bytes: 4 * 1024 * 1024,
+            replay_headers: vec![
+                header::LOCATION,
+                header::CONTENT_TYPE,
+                header::CONTENT_LOCATION,
+                header::ETAG,
+                header::LAST_MODIFIED,
+                header::RETRY_AFTER,
+            ],
+            transient_statuses: vec![
+                StatusCode::REQUEST_TIMEOUT,
+                StatusCode::CONFLICT,
+                StatusCode::LOCKED,
+                // 425 Too Early (RFC 8470), which `http` has no constant for.
+                StatusCode::from_u16(425).expect("425 is a status code"),
+                StatusCode::TOO_MANY_REQUESTS,
+            ],
+            keyring: Default::default(),
+        }
+    }
+}
+
+/// What the protocol reads of a key store's configuration, whichever store it is: the
+/// relational [`Idem`] or Redis's `RedisIdem`.
+#[doc(hidden)]
+pub trait Configured: Clone + Send + Sync + 'static {
+    /// How an application makes one, for the message when none is registered.
+    const REGISTER: &'static str;
+
+    fn settings(&self) -> &Settings;
+
+    fn keyring(&self) -> &crate::protocol::encryption::KeyringSlot {
+        &self.settings().keyring
+    }
+}
+
+impl<DB: Backend> Configured for Idem<DB> {
+    const REGISTER: &'static str = "idem::Idem::new(pool)";
+
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+}
+
 impl Settings {
     /// How long a duplicate waits for the request holding its key ([`Idem::claim_wait`]).
     pub fn claim_wait(&self) -> Duration {
@@ -183,32 +233,11 @@ impl<DB: Backend> Idem<DB> {
     /// # }
     /// ```
     pub fn new(pool: Pool<DB>) -> Self {
-        let claim_wait = Duration::from_secs(1);
+        let settings = Settings::default();
         Self {
             pool,
-            settings: Arc::new(Settings {
-                claim_wait,
-                max_request_bytes: 2 * 1024 * 1024,
-                max_stored_bytes: 4 * 1024 * 1024,
-                replay_headers: vec![
-                    header::LOCATION,
-                    header::CONTENT_TYPE,
-                    header::CONTENT_LOCATION,
-                    header::ETAG,
-                    header::LAST_MODIFIED,
-                    header::RETRY_AFTER,
-                ],
-                transient_statuses: vec![
-                    StatusCode::REQUEST_TIMEOUT,
-                    StatusCode::CONFLICT,
-                    StatusCode::LOCKED,
-                    // 425 Too Early (RFC 8470), which `http` has no constant for.
-                    StatusCode::from_u16(425).expect("425 is a status code"),
-                    StatusCode::TOO_MANY_REQUESTS,
-                ],
-                keyring: Default::default(),
-            }),
-            opening: DB::opening(claim_wait),
+            opening: DB::opening(settings.claim_wait),
+            settings: Arc::new(settings),
             in_flight: Default::default(),
         }
     }

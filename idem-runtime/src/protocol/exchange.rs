@@ -13,7 +13,7 @@ use sqlx::Transaction;
 use sqlx::pool::PoolConnection;
 use tracing::Instrument;
 
-use crate::protocol::config::Idem;
+use crate::protocol::config::{Configured, Idem};
 use crate::protocol::fingerprint::Fingerprint;
 use crate::protocol::framework::{Framework, Unbuffered};
 use crate::protocol::headers::{Headers, first_text};
@@ -36,8 +36,9 @@ pub(crate) fn answer<W: Framework>((problem, outcome): (Problem, Outcome)) -> Do
 
 /// One request as the core reads it: what an adapter hands over once it has found the
 /// [`Idem`], buffered the body and decoded its content.
-pub(crate) struct Exchange<'r, DB: Backend, W, H: ?Sized> {
-    pub(crate) idem: &'r Idem<DB>,
+/// `C` is the key store's configuration: [`Idem`] for a relational database.
+pub(crate) struct Exchange<'r, C, W, H: ?Sized> {
+    pub(crate) idem: &'r C,
     pub(crate) policy: &'static Policy,
     pub(crate) method: &'r str,
     /// The path and query as sent.
@@ -111,7 +112,7 @@ pub(crate) fn boxed<F: Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>
     Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
-impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
+impl<C: Configured, W: Framework, H: Headers + ?Sized> Exchange<'_, C, W, H> {
     /// Reads the key and fingerprints the request for `scope` (as stored), or answers
     /// why it cannot.
     pub(crate) fn identify(&self, scope: &str) -> Result<Identity<'_>, (Problem, Outcome)> {
@@ -161,6 +162,103 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         })
     }
 
+    /// Reads the handler's response body into memory to store it, up to the stored limit.
+    /// `consequence` completes the problem's detail of a failed body stream: what became
+    /// of the request's writes.
+    pub(crate) async fn buffer_response(
+        &self,
+        response: W::Response,
+        consequence: &str,
+    ) -> Result<(W::Head, Bytes), Buffering<W>> {
+        let limit = self.idem.settings().max_stored_bytes();
+        match W::buffer(response, limit).await {
+            Ok(parts) => Ok(parts),
+            Err(Unbuffered::Failed(error)) => {
+                tracing::error!(handler = self.policy.handler(), %error, "response body failed");
+                let problem = ProblemKind::ResponseFailed.problem(format!(
+                    "the request failed and {consequence}; it may be retried"
+                ));
+                Err(Buffering::Failed(W::problem(problem)))
+            }
+            Err(Unbuffered::TooLarge) => {
+                tracing::error!(
+                    handler = self.policy.handler(),
+                    limit,
+                    "response too large to store for replay (raise Idem::max_stored_bytes)"
+                );
+                Err(Buffering::TooLarge)
+            }
+        }
+    }
+
+    /// The `response-too-large` problem, its detail completed by `consequence`.
+    pub(crate) fn too_large(&self, consequence: &str) -> Problem {
+        ProblemKind::ResponseTooLarge.problem(format!(
+            "the response is larger than the {} bytes the server stores for replay; \
+             {consequence}",
+            self.idem.settings().max_stored_bytes()
+        ))
+    }
+
+    /// The response as the key store keeps it: its status, the allow-listed headers as
+    /// HTTP/1 lines and the body, both sealed when a keyring is configured.
+    /// `generation` is the life of the key row the response is stored in.
+    pub(crate) fn seal_response<'a>(
+        &self,
+        claim: &ClaimRequest<'_>,
+        generation: i64,
+        head: &W::Head,
+        body: &'a [u8],
+    ) -> SealedResponse<'a> {
+        let status = W::head_status(head).as_u16();
+        // Room for the usual block (a `Location` and a `Content-Type`) in one allocation,
+        // where growing from empty took four.
+        let mut headers = Vec::with_capacity(128);
+        W::stored_headers(head, self.idem.settings().replay_headers(), &mut headers);
+        seal(
+            self.idem.keyring(),
+            claim,
+            generation,
+            status,
+            headers,
+            body,
+        )
+    }
+
+    /// The answer to a request whose key another request holds, once its stored response
+    /// is opened: 422, a replay or 409.
+    pub(crate) fn answer_existing(
+        &self,
+        existing: ExistingKey,
+        claim: &ClaimRequest<'_>,
+    ) -> Done<W> {
+        let existing = match crate::protocol::encryption::open(self.idem.keyring(), claim, existing)
+        {
+            Ok(existing) => existing,
+            Err(unreadable) => return answer::<W>(unreadable),
+        };
+        if let Some(mismatch) = mismatched(&existing, claim, self.policy.key_source()) {
+            return answer::<W>(mismatch);
+        }
+        match (
+            existing.completed,
+            existing.response_status,
+            existing.response_body,
+        ) {
+            (true, Some(status), Some(body)) => {
+                let headers = existing.response_headers.unwrap_or_default();
+                let status = u16::try_from(status)
+                    .ok()
+                    .and_then(|s| http::StatusCode::from_u16(s).ok())
+                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                (W::replay(status, &headers, body), Outcome::Replayed)
+            }
+            _ => answer::<W>(in_progress()),
+        }
+    }
+}
+
+impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, Idem<DB>, W, H> {
     /// The connection a request opens its transaction on, or the answer without one:
     /// on a backend with one writer, from a read of the key on that connection when the
     /// key is held already (see [`answer_from_read`](Self::answer_from_read)).
@@ -286,38 +384,6 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         Some(self.answer_existing(found.key, &legacy))
     }
 
-    /// The answer to a request whose key another request holds, once its stored response
-    /// is opened: 422, a replay or 409.
-    pub(crate) fn answer_existing(
-        &self,
-        existing: ExistingKey,
-        claim: &ClaimRequest<'_>,
-    ) -> Done<W> {
-        let existing = match crate::protocol::encryption::open(self.idem.keyring(), claim, existing)
-        {
-            Ok(existing) => existing,
-            Err(unreadable) => return answer::<W>(unreadable),
-        };
-        if let Some(mismatch) = mismatched(&existing, claim, self.policy.key_source()) {
-            return answer::<W>(mismatch);
-        }
-        match (
-            existing.completed,
-            existing.response_status,
-            existing.response_body,
-        ) {
-            (true, Some(status), Some(body)) => {
-                let headers = existing.response_headers.unwrap_or_default();
-                let status = u16::try_from(status)
-                    .ok()
-                    .and_then(|s| http::StatusCode::from_u16(s).ok())
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-                (W::replay(status, &headers, body), Outcome::Replayed)
-            }
-            _ => answer::<W>(in_progress()),
-        }
-    }
-
     /// The answer to a request that could not get the database's one write lock within
     /// `claim_wait`: 409 when a request of this process holds its key; the answer a read
     /// of the key gives now, as the request holding it may have committed while this one
@@ -350,69 +416,6 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
              Idempotency-Key after the delay in Retry-After",
         );
         (W::problem(problem), Outcome::Busy)
-    }
-
-    /// Reads the handler's response body into memory to store it, up to the stored limit.
-    /// `consequence` completes the problem's detail of a failed body stream: what became
-    /// of the request's writes.
-    pub(crate) async fn buffer_response(
-        &self,
-        response: W::Response,
-        consequence: &str,
-    ) -> Result<(W::Head, Bytes), Buffering<W>> {
-        let limit = self.idem.settings().max_stored_bytes();
-        match W::buffer(response, limit).await {
-            Ok(parts) => Ok(parts),
-            Err(Unbuffered::Failed(error)) => {
-                tracing::error!(handler = self.policy.handler(), %error, "response body failed");
-                let problem = ProblemKind::ResponseFailed.problem(format!(
-                    "the request failed and {consequence}; it may be retried"
-                ));
-                Err(Buffering::Failed(W::problem(problem)))
-            }
-            Err(Unbuffered::TooLarge) => {
-                tracing::error!(
-                    handler = self.policy.handler(),
-                    limit,
-                    "response too large to store for replay (raise Idem::max_stored_bytes)"
-                );
-                Err(Buffering::TooLarge)
-            }
-        }
-    }
-
-    /// The `response-too-large` problem, its detail completed by `consequence`.
-    pub(crate) fn too_large(&self, consequence: &str) -> Problem {
-        ProblemKind::ResponseTooLarge.problem(format!(
-            "the response is larger than the {} bytes the server stores for replay; \
-             {consequence}",
-            self.idem.settings().max_stored_bytes()
-        ))
-    }
-
-    /// The response as the key store keeps it: its status, the allow-listed headers as
-    /// HTTP/1 lines and the body, both sealed when a keyring is configured.
-    /// `generation` is the life of the key row the response is stored in.
-    pub(crate) fn seal_response<'a>(
-        &self,
-        claim: &ClaimRequest<'_>,
-        generation: i64,
-        head: &W::Head,
-        body: &'a [u8],
-    ) -> SealedResponse<'a> {
-        let status = W::head_status(head).as_u16();
-        // Room for the usual block (a `Location` and a `Content-Type`) in one allocation,
-        // where growing from empty took four.
-        let mut headers = Vec::with_capacity(128);
-        W::stored_headers(head, self.idem.settings().replay_headers(), &mut headers);
-        seal(
-            self.idem.keyring(),
-            claim,
-            generation,
-            status,
-            headers,
-            body,
-        )
     }
 }
 

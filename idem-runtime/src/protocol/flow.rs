@@ -9,6 +9,7 @@ use futures_util::FutureExt;
 use http::HeaderName;
 use sqlx::Transaction;
 
+use crate::protocol::config::Idem;
 use crate::protocol::exchange::{
     Buffering, Done, Exchange, answer, boxed, in_progress, instrumented, storage_unavailable,
 };
@@ -26,7 +27,7 @@ use crate::store::{Backend, Claim, ClaimFailed, ClaimRequest, Completion};
 /// Header added to every replayed response.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
+impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, Idem<DB>, W, H> {
     /// Claims the key, runs `handler` in the transaction, records its response and
     /// commits; or replays, or answers the problem the protocol calls for.
     pub(crate) async fn run<F>(self, scope: &str, handler: F) -> W::Response

@@ -37,6 +37,8 @@ pub(crate) mod outcome;
 pub mod phased;
 pub(crate) mod policy;
 pub mod problem;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 pub(crate) mod scope;
 pub(crate) mod tx;
 pub(crate) mod webhook;

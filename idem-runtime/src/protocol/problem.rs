@@ -150,6 +150,9 @@ pub enum ProblemKind {
     TransactionAborted,
     /// 500: the stored response does not decrypt.
     StoredResponseUnreadable,
+    /// 500: the key store holds a value under the request's key that idem did not write
+    /// (Redis: another type, or a hash without idem's mark), which is never replayed.
+    KeyValueForeign,
     /// 500: idem is not registered in the application.
     NotConfigured,
     /// 503: the key store failed.
@@ -183,6 +186,7 @@ impl ProblemKind {
             Self::TransactionEnded => "transaction-ended",
             Self::TransactionAborted => "transaction-aborted",
             Self::StoredResponseUnreadable => "stored-response-unreadable",
+            Self::KeyValueForeign => "key-value-foreign",
             Self::NotConfigured => "not-configured",
             Self::StorageUnavailable => "storage-unavailable",
             Self::OperationFailed => "operation-failed",
@@ -217,6 +221,7 @@ impl ProblemKind {
             | Self::TransactionEnded
             | Self::TransactionAborted
             | Self::StoredResponseUnreadable
+            | Self::KeyValueForeign
             | Self::NotConfigured
             | Self::OperationFailed => StatusCode::INTERNAL_SERVER_ERROR,
             Self::StorageUnavailable | Self::StorageBusy => StatusCode::SERVICE_UNAVAILABLE,
@@ -238,6 +243,7 @@ impl ProblemKind {
             Self::TransactionEnded => "Handler ended the idempotency transaction",
             Self::TransactionAborted => "Handler succeeded after a failed statement",
             Self::StoredResponseUnreadable => "Stored response cannot be decrypted",
+            Self::KeyValueForeign => "Key store holds a value idem did not write",
             Self::NotConfigured => "Idempotency is not configured",
             Self::StorageUnavailable => "Idempotency key store unavailable",
             Self::OperationFailed => "Operation marked failed by an operator",

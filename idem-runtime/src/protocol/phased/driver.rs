@@ -7,19 +7,19 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
-use super::{Attempt, PhaseError, PhaseErrorKind, Phases};
+use super::error::Source;
+use super::finish::Holder;
+use super::{Attempt, Phases};
+use crate::protocol::config::Idem;
 use crate::protocol::exchange::{
-    Buffering, Done, Exchange, answer, boxed, in_progress, instrumented, mismatched,
-    storage_unavailable,
+    Done, Exchange, answer, boxed, in_progress, instrumented, mismatched, storage_unavailable,
 };
 use crate::protocol::framework::Framework;
 use crate::protocol::headers::Headers;
 use crate::protocol::metrics::timed;
-use crate::protocol::outcome::Outcome;
-use crate::protocol::problem::ProblemKind;
-use crate::store::{AttemptRow, Backend, ClaimRequest, PhasedClaim};
+use crate::store::{AttemptRow, Backend, ClaimRequest, OwnedResponse, PhasedClaim};
 
-impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
+impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, Idem<DB>, W, H> {
     /// The phased form: claims the key with a lease (or takes over an attempt whose lease
     /// ran out), runs the handler with [`Phases`], and records its response; or replays,
     /// or answers the problem the protocol calls for.
@@ -61,89 +61,11 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         });
         let phases = Phases::new(self.idem.clone(), Arc::clone(&attempt), row);
         let result = AssertUnwindSafe(handler(phases)).catch_unwind().await;
-        // A `Lease` the handler handed to a task of its own must stop extending now, or it
-        // would hold off the retry that the released lease is meant to let in.
-        let ended = attempt.ended();
-        attempt.end(PhaseErrorKind::Finished, None, None);
-
-        if let Some(kind) = ended {
-            if kind != PhaseErrorKind::TakenOver {
-                self.release(&attempt).await;
-            }
-            let outcome = match kind {
-                PhaseErrorKind::TakenOver => Outcome::TakenOver,
-                _ => Outcome::PhaseFailed,
-            };
-            return (W::problem(PhaseError::problem(kind)), outcome);
-        }
-        let response = match result {
-            Ok(response) => response,
-            Err(_) => {
-                // The panic message was printed by the panic hook. Committed phases stay.
-                tracing::error!(
-                    handler = self.policy.handler(),
-                    "handler panicked; its committed phases are kept for a retry"
-                );
-                self.release(&attempt).await;
-                let problem = ProblemKind::HandlerPanicked.problem(
-                    "the request failed; the steps it completed are kept and a retry with \
-                     the same key resumes after them",
-                );
-                return (W::problem(problem), Outcome::Panicked);
-            }
+        let holder = InDatabase {
+            idem: self.idem,
+            attempt: &attempt,
         };
-
-        // Committed phases cannot be rolled back: a 5xx (or a transient 4xx such as 429)
-        // leaves the key in progress at its recovery point, and frees the lease so the
-        // client's retry resumes at once.
-        if settings.is_transient(W::status(&response)) {
-            self.release(&attempt).await;
-            return (response, Outcome::Resumable);
-        }
-
-        let consequence = "its response was not recorded; the steps it completed are kept";
-        let (head, body, outcome) = match self.buffer_response(response, consequence).await {
-            Ok((head, body)) => (head, body, Outcome::Executed),
-            // The phases committed and cannot be undone, and every retry would build the
-            // same oversized answer and fail again, until the key is stranded. So the
-            // problem is recorded as the key's answer: the key completes, and no retry
-            // runs the handler again.
-            Err(Buffering::TooLarge) => {
-                let problem = self.too_large(
-                    "the request was carried out, so this answer was recorded in its place, \
-                     and every retry with this key gets it",
-                );
-                // A problem document is a few hundred bytes, far below any stored limit.
-                let (head, body) = W::problem_parts(problem);
-                (head, body, Outcome::TooLarge)
-            }
-            Err(Buffering::Failed(answer)) => {
-                self.release(&attempt).await;
-                return (answer, Outcome::RolledBack);
-            }
-        };
-        let stored = self
-            .seal_response(&claim, attempt.generation, &head, &body)
-            .into_owned(&body);
-        let fenced = attempt.fenced();
-        let completed = DB::complete_phased_shielded(self.idem.pool(), &fenced, stored);
-        match timed!(self.policy, "complete", completed) {
-            Ok(true) => (W::assemble(head, body), outcome),
-            Ok(false) => {
-                tracing::warn!(
-                    handler = self.policy.handler(),
-                    "a retry took this attempt over before its response was recorded"
-                );
-                let problem = PhaseError::problem(PhaseErrorKind::TakenOver);
-                (W::problem(problem), Outcome::TakenOver)
-            }
-            Err(error) => {
-                tracing::error!(%error, "could not record the response; the phases stay for a retry");
-                self.release(&attempt).await;
-                let problem = PhaseError::problem(PhaseErrorKind::Storage);
-                (W::problem(problem), Outcome::StorageError)
-            }
-        }
+        self.finish_phased(&claim, &attempt, &holder, result).await
     }
 
     /// Claims the key with a lease, or takes over an attempt whose lease ran out, and
@@ -205,16 +127,30 @@ impl<DB: Backend, W: Framework, H: Headers + ?Sized> Exchange<'_, DB, W, H> {
         }
         Ok(row)
     }
+}
 
-    /// Frees the lease of a failed attempt; best effort, as the lease ends by itself.
-    async fn release(&self, attempt: &Attempt) {
+/// The attempt's key in the relational database.
+struct InDatabase<'a, DB: Backend> {
+    idem: &'a Idem<DB>,
+    attempt: &'a Attempt,
+}
+
+impl<DB: Backend> Holder for InDatabase<'_, DB> {
+    async fn release(&self) {
         let released = async {
             let mut conn = self.idem.pool().acquire().await?;
-            DB::release_lease(&mut conn, &attempt.fenced()).await
+            DB::release_lease(&mut conn, &self.attempt.fenced()).await
         }
         .await;
         if let Err(error) = released {
             tracing::warn!(%error, "could not release the lease; a retry waits for it to run out");
         }
+    }
+
+    async fn complete(&self, stored: OwnedResponse) -> Result<bool, Source> {
+        let fenced = self.attempt.fenced();
+        DB::complete_phased_shielded(self.idem.pool(), &fenced, stored)
+            .await
+            .map_err(Into::into)
     }
 }

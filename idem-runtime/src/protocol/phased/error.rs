@@ -4,6 +4,9 @@ use std::fmt;
 
 use crate::protocol::problem::{Problem, ProblemKind};
 
+/// The key store's own error behind a [`PhaseError`]: the database's, or Redis's.
+pub(crate) type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why idem could not run or record a phase. It ends the attempt.
 ///
 /// Convert it into the handler's error type (`E: From<PhaseError>`); it implements
@@ -35,7 +38,7 @@ use crate::protocol::problem::{Problem, ProblemKind};
 pub struct PhaseError {
     kind: PhaseErrorKind,
     phase: Option<String>,
-    source: Option<sqlx::Error>,
+    source: Option<Source>,
 }
 
 /// What ended a phased attempt.
@@ -71,11 +74,7 @@ pub enum PhaseErrorKind {
 }
 
 impl PhaseError {
-    pub(super) fn new(
-        kind: PhaseErrorKind,
-        phase: Option<String>,
-        source: Option<sqlx::Error>,
-    ) -> Self {
+    pub(super) fn new(kind: PhaseErrorKind, phase: Option<String>, source: Option<Source>) -> Self {
         Self {
             kind,
             phase,
@@ -156,7 +155,7 @@ impl fmt::Display for PhaseError {
 impl std::error::Error for PhaseError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.source
-            .as_ref()
+            .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
@@ -169,7 +168,7 @@ impl From<sqlx::Error> for PhaseError {
         Self {
             kind: PhaseErrorKind::Storage,
             phase: None,
-            source: Some(error),
+            source: Some(Box::new(error)),
         }
     }
 }

@@ -66,7 +66,7 @@ impl<DB: Backend> Lease<DB> {
         match extended {
             Ok(true) => Ok(()),
             Ok(false) => Err(attempt.end(PhaseErrorKind::TakenOver, None, None)),
-            Err(error) => Err(attempt.end(PhaseErrorKind::Storage, None, Some(error))),
+            Err(error) => Err(attempt.end(PhaseErrorKind::Storage, None, Some(error.into()))),
         }
     }
 

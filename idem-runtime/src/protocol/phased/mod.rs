@@ -24,7 +24,8 @@ use crate::store::{AttemptRef, AttemptRow, Backend, PhaseRecord};
 
 mod derived;
 mod driver;
-mod error;
+pub(crate) mod error;
+pub(crate) mod finish;
 mod lease;
 mod output;
 
@@ -136,7 +137,7 @@ impl Attempt {
     }
 
     /// What the attempt's phase outputs are sealed to: its key row in its life.
-    fn row(&self) -> encryption::Row<'_> {
+    pub(super) fn row(&self) -> encryption::Row<'_> {
         encryption::Row {
             scope: &self.scope,
             key: &self.key,
@@ -154,7 +155,7 @@ impl Attempt {
         &self,
         kind: PhaseErrorKind,
         phase: Option<&str>,
-        source: Option<sqlx::Error>,
+        source: Option<error::Source>,
     ) -> PhaseError {
         let mut ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
         let kind = *ended.get_or_insert(kind);
@@ -220,20 +221,12 @@ impl<DB: Backend> Phases<DB> {
             return Err(self.attempt.end(kind, Some(name), None).into());
         }
         if let Some(output) = self.recorded.get(name) {
-            tracing::debug!(
-                phase = name,
-                "phase committed by an earlier attempt; not run"
-            );
-            let output =
-                encryption::open_output(self.idem.keyring(), &self.attempt.row(), name, output)
-                    .unwrap_or_else(|reason| {
-                        // As an output that does not decode: the attempt fails with a 500 and
-                        // keeps its committed phases, and nothing is run twice.
-                        panic!(
-                            "idem: the recorded output of phase `{name}` cannot be read: {reason}"
-                        )
-                    });
-            return Ok(decode_output(name, &output));
+            return Ok(recorded_output(
+                self.idem.keyring(),
+                &self.attempt,
+                name,
+                output,
+            ));
         }
         self.run_new(name, phase)
             .instrument(tracing::debug_span!("phase", name))
@@ -251,7 +244,7 @@ impl<DB: Backend> Phases<DB> {
             Ok(txn) => txn,
             Err(error) => {
                 return Err(attempt
-                    .end(PhaseErrorKind::Storage, Some(name), Some(error))
+                    .end(PhaseErrorKind::Storage, Some(name), Some(error.into()))
                     .into());
             }
         };
@@ -293,7 +286,9 @@ impl<DB: Backend> Phases<DB> {
             }
             Err(error) => (PhaseErrorKind::Storage, Some(error)),
         };
-        Err(attempt.end(ended.0, Some(name), ended.1).into())
+        Err(attempt
+            .end(ended.0, Some(name), ended.1.map(Into::into))
+            .into())
     }
 
     /// A key for a call to another service in the step `step`, for the provider to
@@ -377,12 +372,32 @@ impl<DB: Backend> fmt::Debug for Phases<DB> {
     }
 }
 
-fn check_phase_name(name: &str) {
+pub(super) fn check_phase_name(name: &str) {
     assert!(
         !name.is_empty() && name.len() <= MAX_PHASE_NAME_LEN,
         "idem: a phase name has 1 to {MAX_PHASE_NAME_LEN} bytes, not {}",
         name.len()
     );
+}
+
+/// The output an earlier attempt recorded for the phase `name`, opened and decoded.
+pub(super) fn recorded_output<T: DeserializeOwned>(
+    keyring: &encryption::KeyringSlot,
+    attempt: &Attempt,
+    name: &str,
+    output: &str,
+) -> T {
+    tracing::debug!(
+        phase = name,
+        "phase committed by an earlier attempt; not run"
+    );
+    let output =
+        encryption::open_output(keyring, &attempt.row(), name, output).unwrap_or_else(|reason| {
+            // As an output that does not decode: the attempt fails with a 500 and keeps its
+            // committed phases, and nothing is run twice.
+            panic!("idem: the recorded output of phase `{name}` cannot be read: {reason}")
+        });
+    decode_output(name, &output)
 }
 
 fn decode_output<T: DeserializeOwned>(name: &str, output: &str) -> T {
