@@ -43,7 +43,10 @@ pub(crate) fn check(
     let alias_reports = borrowed_params(&params, &mut errors);
     // Keys in Redis name no database; a `Tx` or `Phases` beside `store = redis` is an
     // error, and still gets the alias its type names, so it adds no other.
-    let unnamed = if redis && params.tx.is_none() && params.phases.is_none() {
+    // `Steps`, or a `store` that could not be read, says the same: whatever else is
+    // wrong, no database is to be named.
+    let no_database = redis || matches!(args.store, Arg::Unreadable) || params.steps.is_some();
+    let unnamed = if no_database && params.tx.is_none() && params.phases.is_none() {
         None
     } else {
         unnamed_database(&krate, &args, &func, &params, alias_reports)
@@ -609,7 +612,7 @@ fn store_rules(args: &Args, params: &Params, errors: &mut Errors) {
                  they are in Redis: remove `backend`",
             ));
         }
-    } else if let Some(steps) = &params.steps {
+    } else if let (Arg::Absent, Some(steps)) = (&args.store, &params.steps) {
         errors.push(syn::Error::new_spanned(
             &steps.tokens,
             format!(
@@ -651,6 +654,11 @@ fn lease(
             }
             Arg::Unreadable => None,
         };
+    }
+    // A `store` that could not be read (its error is reported), or `Steps` without
+    // `store = redis` (reported on its own): the lease is no second mistake.
+    if matches!(args.store, Arg::Unreadable) || (phases.is_none() && params.steps.is_some()) {
+        return None;
     }
     let result = match (&args.lease, phases) {
         (Arg::Given(lit), Some(_)) => {
