@@ -130,8 +130,8 @@ impl fmt::Debug for RedisIdem {
 /// }
 /// ```
 pub struct Steps {
-    store: RedisStore,
-    keyring: encryption::KeyringSlot,
+    /// The store and the keyring the outputs are sealed with.
+    idem: RedisIdem,
     attempt: Arc<Attempt>,
     /// The store's own view of the attempt, which its fenced writes name.
     held: store::Attempt,
@@ -145,8 +145,7 @@ impl Steps {
     fn new(idem: &RedisIdem, attempt: Arc<Attempt>, mut held: store::Attempt) -> Self {
         let recorded = std::mem::take(&mut held.recorded).into_iter().collect();
         Self {
-            store: idem.store.clone(),
-            keyring: idem.keyring().clone(),
+            idem: idem.clone(),
             attempt,
             held,
             recorded,
@@ -192,7 +191,7 @@ impl Steps {
             return Err(attempt.end(kind, Some(name), None).into());
         }
         if let Some(output) = self.recorded.get(name) {
-            return Ok(recorded_output(&self.keyring, attempt, name, output));
+            return Ok(recorded_output(self.idem.keyring(), attempt, name, output));
         }
         let output = step().await?;
         let json = serde_json::to_string(&output).unwrap_or_else(|error| {
@@ -201,8 +200,8 @@ impl Steps {
                 std::any::type_name::<T>()
             )
         });
-        let json = encryption::seal_output(&self.keyring, &attempt.row(), name, json);
-        match self.store.record_phase(&self.held, name, &json).await {
+        let json = encryption::seal_output(self.idem.keyring(), &attempt.row(), name, json);
+        match self.idem.store.record_phase(&self.held, name, &json).await {
             Ok(true) => Ok(output),
             Ok(false) => {
                 tracing::warn!(
@@ -261,7 +260,7 @@ impl Steps {
         if let Some(kind) = attempt.ended() {
             return Err(attempt.end(kind, None, None));
         }
-        match self.store.extend_lease(&self.held).await {
+        match self.idem.store.extend_lease(&self.held).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(attempt.end(PhaseErrorKind::TakenOver, None, None)),
             Err(error) => Err(attempt.end(PhaseErrorKind::Storage, None, Some(Box::new(error)))),
