@@ -72,7 +72,7 @@
 //! | `metrics` | no | `idem::metrics`: requests by outcome, takeovers and statement times, through the `metrics` facade |
 //! | `openapi` | no | `idem::openapi::IdempotencyDocs`: the key header, the policy and idem's problems in a utoipa document |
 //! | `encryption` | no | `idem::encryption::Keyring` and `Idem::encrypt_with`: stored responses encrypted at rest |
-//! | `redis` | no | `idem::redis::RedisStore`: the phased form's keys in Redis 7 or Valkey 8, only for effects that live outside the database (the attribute does not use it yet) |
+//! | `redis` | no | `store = redis` and `idem::redis`: the phased form's keys in Redis 7 or Valkey 8, only for effects that live outside the database ([keys in Redis](guide::phased#keys-in-redis)) |
 //!
 //! Callers written in Rust can use the `idem-client` crate, a reqwest middleware that
 //! sends one key per logical request and retries it safely ([`guide::client`]).

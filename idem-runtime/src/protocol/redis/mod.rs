@@ -16,7 +16,7 @@ use crate::protocol::encryption;
 use crate::protocol::phased::{
     Attempt, PhaseError, PhaseErrorKind, PhaseOutput, check_phase_name, derive_key, recorded_output,
 };
-use crate::store::redis::{self as store, RedisStore};
+use crate::store::redis::{self as store, EitherConnection, RedisStore};
 
 mod driver;
 
@@ -38,13 +38,35 @@ mod driver;
 /// ```
 #[derive(Clone)]
 pub struct RedisIdem {
-    store: RedisStore,
+    store: RedisStore<EitherConnection>,
     settings: Arc<Settings>,
 }
 
 impl RedisIdem {
-    /// Keeps keys in `store`, with the defaults [`Idem::new`](crate::Idem::new) documents.
+    /// Keeps keys in `store`, one node, with the defaults [`Idem::new`](crate::Idem::new)
+    /// documents.
     pub fn new(store: RedisStore) -> Self {
+        Self::with_store(store.into())
+    }
+
+    /// Keeps keys in a Redis Cluster (`store` from [`RedisStore::connect_cluster`]); each
+    /// key's data sits under one hash tag, so in one slot.
+    ///
+    /// ```no_run
+    /// use idem_runtime::redis::{RedisIdem, RedisStore};
+    ///
+    /// # async fn app() -> Result<(), idem_runtime::redis::RedisStoreError> {
+    /// let nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"];
+    /// let redis_idem = RedisIdem::new_cluster(RedisStore::connect_cluster(&nodes).await?);
+    /// # let _ = redis_idem;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new_cluster(store: RedisStore<::redis::cluster_async::ClusterConnection>) -> Self {
+        Self::with_store(store.into())
+    }
+
+    fn with_store(store: RedisStore<EitherConnection>) -> Self {
         Self {
             store,
             settings: Arc::new(Settings::default()),
@@ -77,7 +99,7 @@ impl RedisIdem {
     }
 
     /// The store the keys are kept in.
-    pub fn store(&self) -> &RedisStore {
+    pub(crate) fn store(&self) -> &RedisStore<EitherConnection> {
         &self.store
     }
 }

@@ -30,11 +30,13 @@ use ::redis::{RedisError, Script, Value};
 use bytes::Bytes;
 
 mod admin;
+mod either;
 mod keys;
 mod reply;
 mod wait;
 
 pub use admin::{RedisKeyStats, inspect_key, key_stats};
+pub(crate) use either::EitherConnection;
 
 use keys::KeyNames;
 use reply::Reply;
