@@ -124,6 +124,7 @@ impl<DB: PaymentStore + WebhookStore> Server<DB> for Actix {
     async fn serve(service: Service<DB>) -> std::io::Result<()> {
         let Service {
             idem,
+            notifications,
             listener,
             settings,
             verifier,
@@ -132,6 +133,7 @@ impl<DB: PaymentStore + WebhookStore> Server<DB> for Actix {
         HttpServer::new(move || {
             App::new()
                 .configure(|cfg| app::configure(cfg, &idem))
+                .configure(|cfg| app::notifications::configure(cfg, notifications.as_ref()))
                 .configure(|cfg| payments::configure::<DB>(cfg, settings.clone()))
                 .configure(|cfg| webhooks::configure::<DB>(cfg, verifier.clone()))
                 .configure(|cfg| observability::configure(cfg, &metrics))
