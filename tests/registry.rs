@@ -45,6 +45,22 @@ fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
             // Generic over the database, so registered with `.route(..)`, without a
             // route attribute for the registry to see.
             ("app".to_owned(), "create_order", "account", 24 * 3600, None),
+            // `POST /notifications` (keys in Redis) of the actix example, then of the axum
+            // one: written once on axum too, since keys in Redis name no database.
+            (
+                "notifications".to_owned(),
+                "create_notification",
+                "account",
+                24 * 3600,
+                None
+            ),
+            (
+                "notifications".to_owned(),
+                "create_notification",
+                "account",
+                24 * 3600,
+                None
+            ),
             // The axum example's, which the test support serves too: axum handlers are
             // not generic, so there is one per database, each registered.
             (

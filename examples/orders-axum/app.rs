@@ -14,6 +14,9 @@
 
 #[path = "extract.rs"]
 pub(crate) mod extract;
+/// `POST /notifications` (keys in Redis), here so the in-process tests build it too.
+#[path = "notifications.rs"]
+pub(crate) mod notifications;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

@@ -50,12 +50,14 @@ where
     async fn serve(service: Service<DB>) -> std::io::Result<()> {
         let Service {
             idem,
+            notifications,
             listener,
             settings,
             verifier,
             metrics,
         } = service;
         let app: Router = app::router(&idem)
+            .merge(app::notifications::router(notifications.as_ref()))
             .merge(payments::router(idem.pool(), settings))
             .merge(webhooks::router::<DB>(verifier))
             .merge(observability::router(&metrics))

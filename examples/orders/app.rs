@@ -14,6 +14,9 @@
 
 #[path = "domain/mod.rs"]
 pub(crate) mod domain;
+/// `POST /notifications` (keys in Redis), here so the in-process tests build it too.
+#[path = "notifications.rs"]
+pub(crate) mod notifications;
 
 use std::future::{Ready, ready};
 

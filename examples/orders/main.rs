@@ -10,7 +10,8 @@
 //! This binary serves it with actix-web; `examples/orders-axum` serves the same contract
 //! with axum, from the same `domain/` files.
 //!
-//! Environment: `DATABASE_URL` and `BIND_ADDR` (default `127.0.0.1:8080`). The database
+//! Environment: `DATABASE_URL`, `BIND_ADDR` (default `127.0.0.1:8080`) and `REDIS_URL`
+//! (optional: `POST /notifications`). The database
 //! decides the backend: a `postgres://` (or `postgresql://`) URL uses PostgreSQL; a
 //! `sqlite://` URL, or none, uses a SQLite file (by default `orders.db` in the current
 //! directory, created if missing). At startup it prints `orders: database <backend>
@@ -93,6 +94,15 @@
 //! provider failure is 502 `provider-failed`: the phases done so far are kept and a retry
 //! with the same key resumes.
 //!
+//! # Notifications (keys in Redis)
+//!
+//! With `REDIS_URL` set, `POST /notifications` with `Idempotency-Key` and
+//! `{"to": string, "text": string}` sends through the example's notification provider and
+//! answers 201 with the message (`id`, `account_id`, `to`, `text`); the same key again is
+//! the stored answer plus `Idempotent-Replayed: true`, and the provider is not called again
+//! (`notifications.rs`, `domain/notifications.rs`; README.md says when Redis is the right
+//! store). Without `REDIS_URL` the path is a 404 and is not in the OpenAPI document.
+//!
 //! Test hook: with `IDEM_EXAMPLE_CRASH_AFTER=<point>` the process aborts (no cleanup, like
 //! a power cut) right after the phase `payment_created`, `charged` or `receipt_queued`
 //! commits, or at `provider_called`: inside `charged`, after the provider answered and
@@ -124,6 +134,7 @@ impl<DB: PaymentStore + WebhookStore> Server<DB> for Actix {
     async fn serve(service: Service<DB>) -> std::io::Result<()> {
         let Service {
             idem,
+            notifications,
             listener,
             settings,
             verifier,
@@ -132,6 +143,7 @@ impl<DB: PaymentStore + WebhookStore> Server<DB> for Actix {
         HttpServer::new(move || {
             App::new()
                 .configure(|cfg| app::configure(cfg, &idem))
+                .configure(|cfg| app::notifications::configure(cfg, notifications.as_ref()))
                 .configure(|cfg| payments::configure::<DB>(cfg, settings.clone()))
                 .configure(|cfg| webhooks::configure::<DB>(cfg, verifier.clone()))
                 .configure(|cfg| observability::configure(cfg, &metrics))

@@ -33,6 +33,7 @@ mod canonical_request;
 mod commit_failure;
 mod concurrency;
 mod deterministic_4xx;
+mod example_notifications;
 mod expiry_batches;
 mod expiry_concurrent;
 mod expiry_index;

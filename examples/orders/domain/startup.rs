@@ -1,6 +1,7 @@
 //! Startup, the same for both binaries: the environment, the database of `DATABASE_URL`,
 //! the migrations, the lines printed for operators, the listener, the webhook verifier,
-//! the metrics recorder, the outbox relay and the expiry task. A binary brings only its
+//! the metrics recorder, the outbox relay, the expiry task and, with `REDIS_URL`, the
+//! Redis that `POST /notifications` keeps its keys in. A binary brings only its
 //! [`Server`]: how its framework serves a [`Service`] on the bound listener.
 
 use std::future::Future;
@@ -14,6 +15,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Pool, Postgres, Sqlite};
 
+use super::notifications::Notifications;
 use super::orders::ACQUIRE_TIMEOUT;
 use super::payment_store::PaymentStore;
 use super::payments::{CRASH_POINTS, Settings, spawn_relay};
@@ -30,10 +32,14 @@ const STATEMENT_BUCKETS: [f64; 12] = [
 ];
 
 /// What a framework serves: idem on the database, the payments' settings, the webhook
-/// verifier and the metrics, on a listener already bound.
+/// verifier, the metrics and, when `REDIS_URL` is set, the notifications, on a listener
+/// already bound.
 #[derive(Debug)]
 pub(crate) struct Service<DB: PaymentStore + WebhookStore> {
     pub(crate) idem: idem::Idem<DB>,
+    /// `POST /notifications`, whose keys are in Redis: `None` without `REDIS_URL`, and the
+    /// route is then not registered.
+    pub(crate) notifications: Option<Notifications>,
     pub(crate) listener: TcpListener,
     pub(crate) settings: Settings,
     pub(crate) verifier: idem::WebhookVerifier,
@@ -136,11 +142,31 @@ async fn serve<S: Server<DB>, DB: PaymentStore + WebhookStore>(
         eprintln!("orders: migrations failed: {error}");
         return ExitCode::FAILURE;
     }
+    let idem = idem::Idem::new(pool.clone());
+    let notifications = match redis_url() {
+        None => None,
+        Some(url) => match idem::redis::RedisStore::connect(&url).await {
+            Ok(store) => {
+                println!("orders: notifications' keys in Redis (REDIS_URL)");
+                Some(Notifications::new(store, idem.settings().clone()))
+            }
+            Err(error) => {
+                eprintln!(
+                    "orders: cannot connect to REDIS_URL (is Redis up and reachable?): {error}"
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+    };
 
     // What operators should know: which endpoints are idempotent and how long keys live.
     // Once a line: the axum binary registers each handler once per database.
     let mut printed = Vec::new();
     for policy in idem::policies() {
+        // Linked in either case, served only with Redis.
+        if notifications.is_none() && policy.handler().ends_with(NOTIFICATIONS_HANDLER) {
+            continue;
+        }
         let route = policy.route().map_or_else(
             || policy.handler().to_owned(),
             |(method, path)| format!("{method} {path}"),
@@ -204,7 +230,8 @@ async fn serve<S: Server<DB>, DB: PaymentStore + WebhookStore>(
     // table only grows.
     let expiry = idem::admin::Expiry::new(pool.clone()).spawn();
     let service = Service {
-        idem: idem::Idem::new(pool),
+        idem,
+        notifications,
         listener,
         settings,
         verifier,
@@ -223,6 +250,18 @@ async fn serve<S: Server<DB>, DB: PaymentStore + WebhookStore>(
             ExitCode::FAILURE
         }
     }
+}
+
+/// The name both binaries give the `POST /notifications` handler, whose policy is printed
+/// only when the route is served.
+const NOTIFICATIONS_HANDLER: &str = "create_notification";
+
+/// `REDIS_URL`, trimmed, when it is set and not empty.
+fn redis_url() -> Option<String> {
+    std::env::var("REDIS_URL")
+        .ok()
+        .map(|url| url.trim().to_owned())
+        .filter(|url| !url.is_empty())
 }
 
 /// Installs the Prometheus recorder as the process's `metrics` recorder.
