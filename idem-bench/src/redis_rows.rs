@@ -1,8 +1,8 @@
 //! The Redis rows (issue 40): an endpoint whose effect lives only at an outside provider
 //! (`POST /redis/*/notifications`: send a message), without idempotency (`bare`), with
 //! the seed's Redis protocol written by hand (`hand`: `SET key value NX PX lease`, the
-//! effect, then `SET key answer PX retention`), and with idem's Redis store (`idem`,
-//! `replay`: see [`IDEM_PATH`], not served yet).
+//! effect, then `SET key answer PX retention`), and with idem's Redis store under
+//! `#[idempotent(store = redis)]` (`idem`, `replay`: one step calling the same provider).
 //!
 //! Served by `idem-bench serve --redis URL`, beside the database rows, on the same
 //! actix-web server; the parent starts a private `redis-server` (no persistence, as the
@@ -11,6 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use idem::Settings;
+use idem::redis::{RedisIdem, RedisStore, Steps};
 use redis::aio::ConnectionManager;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -22,10 +24,7 @@ use crate::orders::{Account, NewOrder};
 pub(crate) const BARE_PATH: &str = "/redis/bare/notifications";
 /// `hand`'s path: the seed's Redis protocol written by hand.
 pub(crate) const HAND_PATH: &str = "/redis/hand/notifications";
-/// Where idem's Redis handler goes once the web layer serves Redis keys (the
-/// `#[idempotent]` wiring of `RedisStore`): the `redis-idem` and `redis-replay`
-/// scenarios send there, and are left out of the table until it is served (see
-/// `Scenario::PENDING`).
+/// `idem`'s path: idem's Redis store under `#[idempotent(store = redis)]`.
 pub(crate) const IDEM_PATH: &str = "/redis/idem/notifications";
 
 /// How long the hand-written claim holds a key, and how long its answer is kept: the
@@ -33,21 +32,28 @@ pub(crate) const IDEM_PATH: &str = "/redis/idem/notifications";
 const LEASE_MS: u64 = 30_000;
 const RETENTION_MS: u64 = 24 * 3600 * 1000;
 
-/// The Redis connection and the provider's message counter, shared by every worker.
+/// The Redis connection and the provider's message counter, shared by every worker, and
+/// idem's configuration for the `idem` row, on the same Redis.
 pub(crate) struct RedisRows {
     conn: ConnectionManager,
     sent: AtomicU64,
+    idem: RedisIdem,
 }
 
 impl RedisRows {
-    pub(crate) async fn connect(url: &str) -> Result<Self, String> {
+    /// `settings`: the database rows' `Idem`'s, so both stores answer alike.
+    pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self, String> {
         let client = redis::Client::open(url).map_err(|e| format!("{url}: {e}"))?;
         let conn = ConnectionManager::new(client)
             .await
             .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
+        let store = RedisStore::connect(url)
+            .await
+            .map_err(|e| format!("idem cannot connect to Redis at {url}: {e}"))?;
         Ok(Self {
             conn,
             sent: AtomicU64::new(0),
+            idem: RedisIdem::new(store).with_settings(settings),
         })
     }
 
@@ -61,9 +67,11 @@ impl RedisRows {
 
 /// Adds the Redis rows' routes.
 pub(crate) fn routes(cfg: &mut web::ServiceConfig, rows: web::Data<RedisRows>) {
-    cfg.app_data(rows)
+    cfg.app_data(rows.idem.clone())
+        .app_data(rows)
         .route(BARE_PATH, web::post().to(bare))
-        .route(HAND_PATH, web::post().to(hand));
+        .route(HAND_PATH, web::post().to(hand))
+        .route(IDEM_PATH, web::post().to(with_idem));
 }
 
 /// The answer: 201 and the message's id.
@@ -156,6 +164,26 @@ async fn hand(
     HttpResponse::Created()
         .content_type("application/json")
         .body(answer)
+}
+
+/// `POST /redis/idem/notifications`: `hand`'s work under idem's Redis store: one step
+/// that calls the same provider with a derived key, its output recorded; the lease and
+/// retention are `hand`'s.
+#[idem::idempotent(scope = account, store = redis, retention = "24h", lease = "30s")]
+async fn with_idem(
+    account: Account,
+    steps: Steps,
+    rows: web::Data<RedisRows>,
+    message: web::Json<NewOrder>,
+) -> actix_web::Result<HttpResponse> {
+    std::hint::black_box((&account, &message));
+    let key = steps.derived_key("send");
+    let id: u64 = steps
+        .run("sent", async || Ok::<_, actix_web::Error>(rows.send(&key)))
+        .await?;
+    Ok(HttpResponse::Created()
+        .content_type("application/json")
+        .body(sent(id)))
 }
 
 fn answer_existing(existing: Option<&[u8]>, fingerprint: &str) -> HttpResponse {

@@ -40,16 +40,16 @@ pub(crate) enum Scenario {
     RedisHand,
     /// The hand-written Redis baseline, keys that already completed.
     RedisHandReplay,
-    /// idem's Redis store through the web layer, every key new: not served yet.
+    /// idem's Redis store under `#[idempotent(store = redis)]`, every key new.
     RedisIdem,
-    /// idem's Redis store through the web layer, keys that already completed: not
-    /// served yet.
+    /// idem's Redis store under `#[idempotent(store = redis)]`, keys that already
+    /// completed.
     RedisReplay,
 }
 
 impl Scenario {
     /// In the order of the table.
-    pub(crate) const TABLE: [Scenario; 18] = [
+    pub(crate) const TABLE: [Scenario; 20] = [
         Scenario::Bare,
         Scenario::Hand,
         Scenario::Idem,
@@ -68,14 +68,9 @@ impl Scenario {
         Scenario::RedisBare,
         Scenario::RedisHand,
         Scenario::RedisHandReplay,
+        Scenario::RedisIdem,
+        Scenario::RedisReplay,
     ];
-
-    /// Rows whose handler is not served yet: idem's Redis store under `#[idempotent]`
-    /// waits for the web wiring. Once `redis_rows::IDEM_PATH` is served, move them into
-    /// [`TABLE`](Self::TABLE); the load, the replay's key log and the ratio checks
-    /// (`report/checks.rs`, `redis_checks`) are in place.
-    #[allow(dead_code)]
-    pub(crate) const PENDING: [Scenario; 2] = [Scenario::RedisIdem, Scenario::RedisReplay];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -147,10 +142,10 @@ impl Scenario {
             Scenario::RedisHandReplay => {
                 "the Redis hand-written baseline, keys that already completed"
             }
-            Scenario::RedisIdem => "idem's Redis store under #[idempotent], first execution",
-            Scenario::RedisReplay => {
-                "idem's Redis store under #[idempotent], keys that already completed"
+            Scenario::RedisIdem => {
+                "#[idempotent(store = redis)], first execution: one step calling the same provider with a derived key"
             }
+            Scenario::RedisReplay => "#[idempotent(store = redis)], keys that already completed",
         }
     }
 

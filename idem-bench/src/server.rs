@@ -170,16 +170,10 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let redis = match &args.redis {
-        Some(url) => Some(web::Data::new(
-            crate::redis_rows::RedisRows::connect(url).await?,
-        )),
-        None => None,
-    };
     if args.url.starts_with("sqlite:") {
-        serve_on(sqlite_pool(&args).await?, redis).await
+        serve_on(sqlite_pool(&args).await?, args.redis.as_deref()).await
     } else {
-        serve_on(postgres_pool(&args).await?, redis).await
+        serve_on(postgres_pool(&args).await?, args.redis.as_deref()).await
     }
 }
 
@@ -220,13 +214,16 @@ async fn sqlite_pool(args: &ServeArgs) -> Result<Pool<sqlx::Sqlite>, String> {
         .map_err(|e| format!("cannot open the database: {e}"))
 }
 
-async fn serve_on<DB: AxumRoutes>(
-    pool: Pool<DB>,
-    redis: Option<web::Data<crate::redis_rows::RedisRows>>,
-) -> Result<(), String> {
+async fn serve_on<DB: AxumRoutes>(pool: Pool<DB>, redis: Option<&str>) -> Result<(), String> {
     let idem = idem::Idem::new(pool.clone())
         // Explicit, so the 1 MiB scenarios do not depend on the default limit.
         .max_stored_bytes(2 * BIG_BODY);
+    let redis = match redis {
+        Some(url) => Some(web::Data::new(
+            crate::redis_rows::RedisRows::connect(url, idem.settings().clone()).await?,
+        )),
+        None => None,
+    };
     let axum = crate::server_axum::start(pool.clone(), idem.clone(), workers())?;
     let data = web::Data::new(pool);
     let server = HttpServer::new(move || {
