@@ -193,10 +193,9 @@ mod axum_handlers {
     }
 }
 
-/// The test's Redis, its store, the provider and the application on the test's framework.
+/// The test's Redis, the provider and the application on the test's framework.
 struct Setup {
     redis: RedisServer,
-    store: RedisStore,
     provider: Arc<Provider>,
     app: TestApp,
 }
@@ -206,7 +205,7 @@ async fn setup() -> Setup {
     let store = RedisStore::connect(&redis.url())
         .await
         .expect("connect to the test's redis-server");
-    let redis_idem = RedisIdem::new(store.clone());
+    let redis_idem = RedisIdem::new(store);
     let provider = Arc::new(Provider::default());
     let app = {
         let (axum_idem, provider) = (redis_idem.clone(), Arc::clone(&provider));
@@ -228,7 +227,6 @@ async fn setup() -> Setup {
     };
     Setup {
         redis,
-        store,
         provider,
         app,
     }
@@ -427,7 +425,6 @@ async fn foreign_value_is_500() {
     reply.assert_idem_problem(500, "key-value-foreign");
     assert!(!reply.replayed());
     assert_eq!(s.provider.entries(), 0);
-    let _ = &s.store;
 }
 
 support::both_frameworks!(

@@ -18,7 +18,7 @@ use crate::protocol::phased::Attempt;
 use crate::protocol::phased::error::Source;
 use crate::protocol::phased::finish::Holder;
 use crate::protocol::problem::{Problem, ProblemKind};
-use crate::store::redis::{self as store, RedisClaim, RedisRequest, RedisStoreError, Released};
+use crate::store::redis::{self as store, RedisClaim, RedisRequest, RedisStoreError};
 use crate::store::{ClaimRequest, ExistingKey, OwnedResponse};
 
 impl<W: Framework, H: Headers + ?Sized> Exchange<'_, RedisIdem, W, H> {
@@ -56,7 +56,7 @@ impl<W: Framework, H: Headers + ?Sized> Exchange<'_, RedisIdem, W, H> {
             lease,
             retention: claim.retention,
         };
-        let held = match self.claim_in_redis(&claim, &request).await {
+        let mut held = match self.claim_in_redis(&claim, &request).await {
             Ok(held) => held,
             Err(answer) => return answer,
         };
@@ -69,7 +69,9 @@ impl<W: Framework, H: Headers + ?Sized> Exchange<'_, RedisIdem, W, H> {
             lease,
             ended: Mutex::new(None),
         });
-        let steps = Steps::new(self.idem, Arc::clone(&attempt), held.clone());
+        // The recorded outputs go to the steps; the fenced writes need only the rest.
+        let recorded = std::mem::take(&mut held.recorded);
+        let steps = Steps::new(self.idem, Arc::clone(&attempt), held.clone(), recorded);
         let result = AssertUnwindSafe(handler(steps)).catch_unwind().await;
         let holder = InRedis {
             idem: self.idem,
@@ -149,11 +151,9 @@ struct InRedis<'a> {
 
 impl Holder for InRedis<'_> {
     async fn release(&self) {
-        match self.idem.store().release(self.held).await {
-            Ok(Released::Deleted | Released::LeaseEnded | Released::Fenced) => {}
-            Err(error) => {
-                tracing::warn!(%error, "could not release the key; a retry waits for its lease to run out");
-            }
+        // Whatever the store did (`Released`), the attempt is over; only a failure is news.
+        if let Err(error) = self.idem.store().release(self.held).await {
+            tracing::warn!(%error, "could not release the key; a retry waits for its lease to run out");
         }
     }
 

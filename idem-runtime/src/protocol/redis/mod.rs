@@ -164,13 +164,17 @@ pub struct Steps {
 }
 
 impl Steps {
-    fn new(idem: &RedisIdem, attempt: Arc<Attempt>, mut held: store::Attempt) -> Self {
-        let recorded = std::mem::take(&mut held.recorded).into_iter().collect();
+    fn new(
+        idem: &RedisIdem,
+        attempt: Arc<Attempt>,
+        held: store::Attempt,
+        recorded: Vec<(String, String)>,
+    ) -> Self {
         Self {
             idem: idem.clone(),
             attempt,
             held,
-            recorded,
+            recorded: recorded.into_iter().collect(),
             ran: HashSet::new(),
         }
     }
