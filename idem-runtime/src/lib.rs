@@ -104,6 +104,9 @@ pub mod admin {
 pub mod __private {
     /// The database of a parameter, or a handler, that names none.
     pub use crate::__idem_unnamed_backend as unnamed_backend;
+    /// Named here so the trait is reachable in every feature set, with or without an
+    /// adapter whose `Prepared` is generic over it.
+    pub use crate::protocol::config::Configured;
     pub use crate::protocol::key::KeySource;
     pub use crate::protocol::policy::Policy;
     pub use crate::protocol::scope::namespaced as stored_scope;
