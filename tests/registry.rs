@@ -85,3 +85,22 @@ fn the_registry_lists_the_example_and_local_handlers_sorted_by_module() {
         ]
     );
 }
+
+/// The registry's report of a `store = redis` handler must say its keys are in Redis:
+/// a reviewer reading "phased" would assume a database transaction is behind it.
+#[test]
+fn only_the_redis_endpoints_report_keys_in_redis() {
+    let _ = put_thing;
+    let in_redis: Vec<_> = idem::policies()
+        .into_iter()
+        .filter(|p| p.keys_in_redis())
+        .map(|p| p.handler())
+        .collect();
+    assert_eq!(in_redis, ["create_notification", "create_notification"]);
+    let report = idem::registry::report();
+    let redis_sections = report
+        .iter()
+        .filter(|r| r.mechanism == idem::report::Mechanism::RedisSteps)
+        .count();
+    assert_eq!(redis_sections, 2, "{report:#?}");
+}

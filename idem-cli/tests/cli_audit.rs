@@ -58,6 +58,7 @@ fn the_json_of_the_actix_fixture_is_the_pinned_contract() {
         "retention",
         "key",
         "form",
+        "store",
         "reason",
         "suggestion",
     ];
@@ -91,6 +92,7 @@ fn every_actix_registration_style_is_found() {
     assert_eq!(order["scope"], "account");
     assert_eq!(order["retention"], "48h");
     assert_eq!(order["form"], "single");
+    assert_eq!(order["store"], "database");
     assert_eq!(order["key"], "header(\"Idempotency-Key\")");
     // Scopes in scopes, `web::resource(..).route(web::put().to(f))`; its GET is not listed.
     let item = route(&routes, "PUT", "/api/v2/items/{id}");
@@ -318,11 +320,24 @@ fn the_examples_idempotent_routes_are_found_idempotent() {
             provider["reason"],
             "the provider's natural key: one charge per Idempotency-Key, by a unique constraint"
         );
-        assert_eq!(routes.len(), 4, "{example}: {routes:#?}");
+        // Keys in Redis: the phased form through `Steps`, and the store says so.
+        let notification = route(&routes, "POST", "/notifications");
+        assert_eq!(
+            notification["protection"], "idempotent",
+            "{example}: {notification}"
+        );
+        assert_eq!(notification["form"], "phased");
+        assert_eq!(notification["store"], "redis");
+        assert_eq!(payment["store"], "database");
+        assert_eq!(routes.len(), 5, "{example}: {routes:#?}");
         // So the CI gate passes on them.
         let table = idem_in(&examples, &["audit", "--deny-unprotected", example]).success();
         assert!(
-            table.ends_with("\n4 mutating routes: 3 idempotent, 1 exempt\n"),
+            table.ends_with("\n5 mutating routes: 4 idempotent, 1 exempt\n"),
+            "{example}: {table}"
+        );
+        assert!(
+            table.contains("phased, keys in redis"),
             "{example}: {table}"
         );
 
@@ -335,6 +350,25 @@ fn the_examples_idempotent_routes_are_found_idempotent() {
                  receipt_queued: UUID v8 of (scope, key, generation, \"receipt_queued\")\n"
             ),
             "{example}: {report}"
+        );
+        // The report must not claim a database transaction for the Redis endpoint, and
+        // lists its steps' derived keys as the phased form's.
+        let notifications = report
+            .split("\n\n")
+            .find(|section| section.starts_with("## Idempotency for POST /notifications\n"))
+            .unwrap_or_else(|| panic!("{example}: {report}"));
+        assert!(
+            notifications.contains(
+                "- Mechanism: steps with recovery points, keys in Redis (no database transaction)\n"
+            ),
+            "{example}: {notifications}"
+        );
+        assert!(
+            notifications.contains(
+                "- Downstream keys: send: UUID v8 of (scope, key, generation, \"send\"), \
+                 sent: UUID v8 of (scope, key, generation, \"sent\")\n"
+            ),
+            "{example}: {notifications}"
         );
         // The example is part of the root crate, whose tests run the harness on it.
         let orders = report

@@ -37,13 +37,14 @@ pub(crate) fn policy_tokens(model: &Model, policy: &Ident) -> TokenStream {
         KeySpec::Header(name) => quote!(.with_key(#krate::__private::KeySource::Header(#name))),
         KeySpec::Json(field) => quote!(.with_key(#krate::__private::KeySource::Json(#field))),
     });
+    let with_redis = model.redis.then(|| quote!(.with_keys_in_redis()));
     quote! {
         static #policy: #krate::__private::Policy = #krate::__private::Policy::new(
             #handler_name,
             ::core::module_path!(),
             #scope_name,
             #retention_secs,
-        )#with_route #with_lease #with_key;
+        )#with_route #with_lease #with_key #with_redis;
         #krate::__private::inventory::submit! {
             #krate::__private::Registration(&#policy)
         }

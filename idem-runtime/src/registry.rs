@@ -184,7 +184,9 @@ pub fn report() -> Vec<EndpointReport> {
 fn policy_report(policy: &Policy, layer: bool) -> EndpointReport {
     // A webhook's key beats the layer: it says where the key comes from, which is what
     // the reader of a webhook receiver's report needs to know first.
-    let mechanism = if policy.lease().is_some() {
+    let mechanism = if policy.keys_in_redis() {
+        Mechanism::RedisSteps
+    } else if policy.lease().is_some() {
         Mechanism::Phased
     } else if policy.key_source().is_some() {
         Mechanism::WebhookId
@@ -257,10 +259,19 @@ mod tests {
         Policy::new("hook", "shop", "sender", 86_400).with_key(KeySource::Header("webhook-id"));
     static PLAIN: Policy =
         Policy::new("order", "shop", "account", 172_800).with_route("POST", "/orders");
+    static IN_REDIS: Policy = Policy::new("notify", "shop", "account", 86_400)
+        .with_lease(3_000)
+        .with_keys_in_redis();
 
     #[test]
     fn each_policy_reports_its_mechanism() {
         assert_eq!(policy_report(&PHASED, false).mechanism, Mechanism::Phased);
+        // A lease too, but the keys are in Redis: the report must not say a database
+        // transaction protects it.
+        assert_eq!(
+            policy_report(&IN_REDIS, false).mechanism,
+            Mechanism::RedisSteps
+        );
         assert_eq!(policy_report(&HOOK, true).mechanism, Mechanism::WebhookId);
         assert_eq!(policy_report(&PLAIN, true).mechanism, Mechanism::Layer);
         let plain = policy_report(&PLAIN, false);

@@ -30,6 +30,9 @@ pub enum Mechanism {
     KeyTable,
     /// `#[idempotent]` in the phased form: recorded phases, a lease, derived keys.
     Phased,
+    /// `#[idempotent(store = redis)]`: recorded steps, a lease and derived keys, with the
+    /// key and the steps' outputs in Redis and no database transaction.
+    RedisSteps,
     /// A signed webhook whose key is the provider's event id.
     WebhookId,
     /// An `IdempotencyLayer` wrapping the route or its router.
@@ -47,6 +50,9 @@ impl Display for Mechanism {
         match self {
             Self::KeyTable => f.write_str("Idempotency-Key table (single transaction)"),
             Self::Phased => f.write_str("phased with recovery points"),
+            Self::RedisSteps => {
+                f.write_str("steps with recovery points, keys in Redis (no database transaction)")
+            }
             Self::WebhookId => f.write_str("webhook id"),
             Self::Layer => f.write_str("Idempotency-Key table (IdempotencyLayer)"),
             Self::Exempt(reason) => write!(f, "exempt: {reason}"),
@@ -125,7 +131,11 @@ impl EndpointReport {
     fn protected(&self) -> bool {
         matches!(
             self.mechanism,
-            Mechanism::KeyTable | Mechanism::Phased | Mechanism::WebhookId | Mechanism::Layer
+            Mechanism::KeyTable
+                | Mechanism::Phased
+                | Mechanism::RedisSteps
+                | Mechanism::WebhookId
+                | Mechanism::Layer
         )
     }
 

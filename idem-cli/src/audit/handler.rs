@@ -22,6 +22,8 @@ pub(crate) struct Idempotent {
     /// Whether the key is an event's id (`key = ..` given): a webhook receiver.
     pub(crate) webhook: bool,
     pub(crate) phased: bool,
+    /// `store = redis`: the keys and the steps' outputs live in Redis.
+    pub(crate) redis: bool,
 }
 
 /// The idem attribute on a handler.
@@ -62,6 +64,7 @@ fn idempotent(tokens: TokenStream, def: &FnDef) -> Idempotent {
         key: DEFAULT_KEY.into(),
         webhook: false,
         phased: false,
+        redis: false,
     };
     // Split at top-level commas: `name = value` each; a value may be a type with generic
     // arguments (`state = AppState<Shop>`), which is no expression, so no `Meta` parse.
@@ -85,6 +88,7 @@ fn idempotent(tokens: TokenStream, def: &FnDef) -> Idempotent {
             "scope" => args.scope = Some(text),
             "retention" => args.retention = text.trim_matches('"').to_owned(),
             "lease" => args.phased = true,
+            "store" => args.redis = text == "redis",
             "key" => {
                 args.key = text;
                 args.webhook = true;
@@ -110,13 +114,14 @@ fn compact(tokens: &TokenStream) -> String {
         .replace(" .", ".")
 }
 
-/// The name of the handler's `Phases` parameter.
+/// The name of the handler's `Phases` parameter, or of its `Steps` one (keys in Redis),
+/// whose `run` and `derived_key` read alike.
 fn phases_param(def: &FnDef) -> Option<String> {
     def.sig.inputs.iter().find_map(|input| {
         let FnArg::Typed(typed) = input else {
             return None;
         };
-        if !type_names(&typed.ty, "Phases") {
+        if !type_names(&typed.ty, "Phases") && !type_names(&typed.ty, "Steps") {
             return None;
         }
         match &*typed.pat {

@@ -15,6 +15,7 @@
 //!   "retention": "24h",               idempotent, layer: as written, or the default
 //!   "key": "header(\"Idempotency-Key\")",   idempotent, layer: the key's source
 //!   "form": "single",                 idempotent, layer: single | phased
+//!   "store": "database",              idempotent, layer: database | redis (store = redis)
 //!   "reason": null,                   exempt: its reason; unresolved: why
 //!   "suggestion": null                none: the mechanism the seed's table suggests
 //! }]}
@@ -75,9 +76,10 @@ const JSON_SCHEMA: &str = "\
   handler     the handler's path as written; null when it cannot be read
   file, line  the handler's definition, else where the route is registered
   protection  idempotent | layer | exempt | none | unresolved
-  scope, retention, key, form
+  scope, retention, key, form, store
               for idempotent and layer: the scope, the retention as written, the key's
-              source (header(\"Idempotency-Key\") by default) and single | phased; else null
+              source (header(\"Idempotency-Key\") by default), single | phased, and
+              where the keys live, database | redis; else null
   reason      exempt: its reason; unresolved: why the route could not be read
   suggestion  none: the mechanism the seed's table suggests (labelled a suggestion)
 Routes are sorted by path (unknown last), method, handler, file and line.";
@@ -95,6 +97,7 @@ struct Row {
     retention: Option<String>,
     key: Option<String>,
     form: Option<&'static str>,
+    store: Option<&'static str>,
     reason: Option<String>,
     suggestion: Option<String>,
     /// For the report only.
@@ -227,6 +230,7 @@ fn row(index: &Index, tests: &[harness::Tested], found: Found) -> Row {
         retention: None,
         key: None,
         form: None,
+        store: None,
         reason: None,
         suggestion: None,
         extra: Extra::default(),
@@ -256,6 +260,7 @@ fn row(index: &Index, tests: &[harness::Tested], found: Found) -> Row {
             row.retention = Some(attr.retention);
             row.key = Some(attr.key);
             row.form = Some(if attr.phased { "phased" } else { "single" });
+            row.store = Some(if attr.redis { "redis" } else { "database" });
             row.extra.webhook = attr.webhook;
             if attr.phased {
                 row.extra.downstream = handler::phase_names(index, id);
@@ -274,6 +279,7 @@ fn row(index: &Index, tests: &[harness::Tested], found: Found) -> Row {
                     .map(|secs| report::duration(Duration::from_secs(secs)));
                 row.key = Some(DEFAULT_KEY.to_owned());
                 row.form = Some("single");
+                row.store = Some("database");
                 row.extra.policy = layer.policy.clone();
             }
             None => {
@@ -304,6 +310,9 @@ fn detail(row: &Row) -> String {
             }
             if let Some(form) = row.form {
                 parts.push(form.to_owned());
+            }
+            if row.store == Some("redis") {
+                parts.push("keys in redis".to_owned());
             }
             if let Some(policy) = &row.extra.policy {
                 parts.push(format!("policy {policy}"));
@@ -385,6 +394,7 @@ fn report_of(rows: &[Row]) -> String {
 
 fn endpoint_report(row: &Row) -> EndpointReport {
     let mechanism = match row.protection {
+        "idempotent" if row.store == Some("redis") => Mechanism::RedisSteps,
         "idempotent" if row.form == Some("phased") => Mechanism::Phased,
         "idempotent" if row.extra.webhook => Mechanism::WebhookId,
         "idempotent" => Mechanism::KeyTable,
@@ -405,13 +415,14 @@ fn endpoint_report(row: &Row) -> EndpointReport {
         .as_deref()
         .and_then(|text| crate::show::parse_duration(text).ok());
     report.downstream = match mechanism {
-        Mechanism::Phased => Some(
+        Mechanism::Phased | Mechanism::RedisSteps => Some(
             row.extra
                 .downstream
                 .iter()
                 .map(|phase| DownstreamKey {
                     phase: phase.clone(),
-                    // `Phases::derived_key`'s format (idem-runtime's `derive_key`).
+                    // `Phases::derived_key`'s and `Steps::derived_key`'s format
+                    // (idem-runtime's `derive_key`).
                     format: format!("UUID v8 of (scope, key, generation, \"{phase}\")"),
                 })
                 .collect(),

@@ -23,6 +23,7 @@ pub struct Policy {
     route: Option<(&'static str, &'static str)>,
     lease_ms: Option<u64>,
     key: Option<crate::protocol::key::KeySource>,
+    keys_in_redis: bool,
 }
 
 impl Policy {
@@ -71,6 +72,7 @@ impl Policy {
             route: None,
             lease_ms: None,
             key: None,
+            keys_in_redis: false,
         }
     }
 
@@ -103,6 +105,29 @@ impl Policy {
             lease_ms: Some(lease_ms),
             ..self
         }
+    }
+
+    /// The same policy with its keys in Redis (`store = redis`): steps through
+    /// `idem::redis::Steps`, and no database transaction.
+    ///
+    /// ```
+    /// use idem_runtime::Policy;
+    ///
+    /// static POLICY: Policy = Policy::new("notify", "shop", "account", 86_400)
+    ///     .with_lease(3_000)
+    ///     .with_keys_in_redis();
+    /// assert!(POLICY.keys_in_redis());
+    /// ```
+    pub const fn with_keys_in_redis(self) -> Self {
+        Self {
+            keys_in_redis: true,
+            ..self
+        }
+    }
+
+    /// Whether the handler's keys live in Redis rather than in its database.
+    pub fn keys_in_redis(&self) -> bool {
+        self.keys_in_redis
     }
 
     /// The same policy with the route's method and path, when the macro can see them:
