@@ -296,7 +296,7 @@ impl Connection {
             .read_line(&mut line)
             .await
             .expect("reads the status line");
-        assert!(line.starts_with("HTTP/1.1 200 "), "{path} {key}: {line:?}");
+        let status = line.clone();
         let (mut length, mut replayed) = (None, false);
         loop {
             line.clear();
@@ -313,6 +313,12 @@ impl Connection {
         // Sized, not chunked: a large answer keeps its `Content-Length`.
         let mut body = vec![0; length.expect("a Content-Length")];
         self.0.read_exact(&mut body).await.expect("reads the body");
+        // The problem's body says which fault it was, should one come instead.
+        assert!(
+            status.starts_with("HTTP/1.1 200 "),
+            "{path} {key}: {status:?} {}",
+            String::from_utf8_lossy(&body)
+        );
         assert!(
             body == large_support::answer(size),
             "{path} {key}: the stored answer, byte for byte"
