@@ -353,10 +353,7 @@ fn the_examples_idempotent_routes_are_found_idempotent() {
         );
         // The report must not claim a database transaction for the Redis endpoint, and
         // lists its steps' derived keys as the phased form's.
-        let notifications = report
-            .split("\n\n")
-            .find(|section| section.starts_with("## Idempotency for POST /notifications\n"))
-            .unwrap_or_else(|| panic!("{example}: {report}"));
+        let notifications = section(&report, "POST /notifications");
         assert!(
             notifications.contains(
                 "- Mechanism: steps with recovery points, keys in Redis (no database transaction)\n"
@@ -371,10 +368,7 @@ fn the_examples_idempotent_routes_are_found_idempotent() {
             "{example}: {notifications}"
         );
         // The example is part of the root crate, whose tests run the harness on it.
-        let orders = report
-            .split("\n\n")
-            .find(|section| section.starts_with("## Idempotency for POST /orders\n"))
-            .unwrap_or_else(|| panic!("{example}: {report}"));
+        let orders = section(&report, "POST /orders");
         assert!(
             orders.contains(
                 "- Tests: concurrency, replay, mismatch, missing key, transient failure, expiry"
@@ -382,6 +376,15 @@ fn the_examples_idempotent_routes_are_found_idempotent() {
             "{example}: {orders}"
         );
     }
+}
+
+/// The report's section of `route` (`"POST /orders"`).
+fn section<'r>(report: &'r str, route: &str) -> &'r str {
+    let heading = format!("## Idempotency for {route}\n");
+    report
+        .split("\n\n")
+        .find(|section| section.starts_with(&heading))
+        .unwrap_or_else(|| panic!("no section for {route}: {report}"))
 }
 
 #[test]
