@@ -121,7 +121,7 @@ impl Endpoint {
     }
 
     /// **crash-resume** (phased endpoints): the request changed by the [crash
-    /// hook](Self::crash_after) is dropped where the handler calls [`crash`](super::crash),
+    /// hook](Self::crash_after) is dropped where the handler calls [`crash`](crate::testing::crash),
     /// after the named phase committed. The key is then in progress at that phase with
     /// its lease held, and a retry answers 409; the harness ends the lease with a
     /// test-only store call (no sleeping), and a retry completes the operation exactly
