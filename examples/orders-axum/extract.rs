@@ -11,6 +11,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 
+use super::domain::body::{self, JsonBody};
 use super::domain::orders::{ACCOUNT_HEADER, Account, NewOrder, TestHooks};
 use super::domain::payments::{NewPayment, PaymentError};
 use super::domain::problem::AppError;
@@ -77,15 +78,25 @@ impl<S: Send + Sync> FromRequest<S> for NewPayment {
     type Rejection = PaymentError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, PaymentError> {
-        let content_type = req.headers().get(header::CONTENT_TYPE);
-        if !Self::is_json(content_type.map(HeaderValue::as_bytes)) {
-            return Err(PaymentError::UnsupportedMediaType);
-        }
-        let body = Bytes::from_request(req, state)
-            .await
-            .map_err(|error| PaymentError::MalformedBody(error.body_text()))?;
-        Self::parse(&body)
+        json_body(req, state).await
     }
+}
+
+/// A JSON body the domain parses itself, the whole of a `FromRequest` for it: another
+/// media type is a 415 before the body is read, then the bytes (axum's body limit
+/// applies), then the fields.
+pub(crate) async fn json_body<T: JsonBody, S: Send + Sync>(
+    req: Request,
+    state: &S,
+) -> Result<T, T::Error> {
+    let content_type = req.headers().get(header::CONTENT_TYPE);
+    if !body::is_json(content_type.map(HeaderValue::as_bytes)) {
+        return Err(T::unsupported_media_type());
+    }
+    let bytes = Bytes::from_request(req, state)
+        .await
+        .map_err(|error| T::malformed(error.body_text()))?;
+    T::parse(&bytes)
 }
 
 /// A JSON body, then the test hooks of the query: the order actix-web's extractors run in.

@@ -5,16 +5,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
 
 use super::domain::notifications::{self, NewNotification, NotificationError, Notifications};
 use super::domain::orders::Account;
-use super::domain::payments::NewPayment;
+use super::extract::json_body;
 use super::{methods, problem_response};
 
 /// The router of `POST /notifications`, with idem on Redis and the provider in the
@@ -46,14 +45,7 @@ impl<S: Send + Sync> FromRequest<S> for NewNotification {
     type Rejection = NotificationError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, NotificationError> {
-        let content_type = req.headers().get(header::CONTENT_TYPE);
-        if !NewPayment::is_json(content_type.map(HeaderValue::as_bytes)) {
-            return Err(NotificationError::UnsupportedMediaType);
-        }
-        let body = Bytes::from_request(req, state)
-            .await
-            .map_err(|error| NotificationError::MalformedBody(error.body_text()))?;
-        Self::parse(&body)
+        json_body(req, state).await
     }
 }
 

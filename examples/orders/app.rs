@@ -18,7 +18,8 @@ pub(crate) mod domain;
 #[path = "notifications.rs"]
 pub(crate) mod notifications;
 
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
 
 use actix_web::error::JsonPayloadError;
 use actix_web::http::header::{self, HeaderValue};
@@ -27,6 +28,7 @@ use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web}
 use sqlx::{Connection, Pool};
 
 // The names the binary's other files and the integration tests use.
+use domain::body::{self, JsonBody};
 pub(crate) use domain::orders::{ACCOUNT_HEADER, Account, HEALTH_TIMEOUT, NewOrder, TestHooks};
 pub(crate) use domain::problem::{AppError, PROBLEM_JSON, Problem};
 pub(crate) use domain::store::Store;
@@ -105,6 +107,32 @@ impl FromRequest for Account {
         let values = req.headers().get_all(ACCOUNT_HEADER);
         ready(Self::from_values(values.map(HeaderValue::as_bytes)))
     }
+}
+
+/// What [`json_body`] returns: the extractor's future of a payment or a notification.
+pub(crate) type JsonBodyFuture<T> =
+    Pin<Box<dyn Future<Output = Result<T, <T as JsonBody>::Error>>>>;
+
+/// A JSON body the domain parses itself, the whole of a `FromRequest` for it: another
+/// media type is a 415 before the body is read, then the bytes (actix-web's payload
+/// limit applies), then the fields.
+pub(crate) fn json_body<T>(req: &HttpRequest, payload: &mut dev::Payload) -> JsonBodyFuture<T>
+where
+    T: JsonBody + 'static,
+    T::Error: 'static,
+{
+    let content_type = req.headers().get(header::CONTENT_TYPE);
+    let is_json = body::is_json(content_type.map(HeaderValue::as_bytes));
+    let bytes = web::Bytes::from_request(req, payload);
+    Box::pin(async move {
+        if !is_json {
+            return Err(T::unsupported_media_type());
+        }
+        let bytes = bytes
+            .await
+            .map_err(|error| T::malformed(error.to_string()))?;
+        T::parse(&bytes)
+    })
 }
 
 impl FromRequest for TestHooks {

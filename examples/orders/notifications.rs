@@ -3,16 +3,11 @@
 //! `domain/notifications.rs`, shared with the axum binary; this file holds the route, the
 //! extractor and the responses.
 
-use std::future::Future;
-use std::pin::Pin;
-
-use actix_web::http::header;
 use actix_web::http::{Method, StatusCode};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
 
 use super::domain::notifications::{self, NewNotification, NotificationError, Notifications};
-use super::domain::payments::NewPayment;
-use super::{Account, problem_response, resource};
+use super::{Account, JsonBodyFuture, json_body, problem_response, resource};
 
 /// Registers `POST /notifications` with idem on Redis and the provider, when the service
 /// has them (`REDIS_URL`); without them nothing is registered and the path is a 404.
@@ -42,21 +37,10 @@ async fn create_notification(
 
 impl FromRequest for NewNotification {
     type Error = NotificationError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, NotificationError>>>>;
+    type Future = JsonBodyFuture<Self>;
 
     fn from_request(req: &HttpRequest, payload: &mut dev::Payload) -> Self::Future {
-        let content_type = req.headers().get(header::CONTENT_TYPE);
-        let is_json = NewPayment::is_json(content_type.map(|value| value.as_bytes()));
-        let body = web::Bytes::from_request(req, payload);
-        Box::pin(async move {
-            if !is_json {
-                return Err(NotificationError::UnsupportedMediaType);
-            }
-            let body = body
-                .await
-                .map_err(|error| NotificationError::MalformedBody(error.to_string()))?;
-            Self::parse(&body)
-        })
+        json_body(req, payload)
     }
 }
 

@@ -6,9 +6,6 @@
 //! Kept apart from `app.rs` (which the in-process tests include) because it needs the
 //! server's own address and an outbox relay: the tests drive it through the real binary.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use actix_web::http::header;
 use actix_web::http::{Method, StatusCode};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
@@ -16,7 +13,7 @@ use sqlx::Pool;
 
 use crate::app::domain::payments::{self, NewPayment, PaymentError};
 use crate::app::domain::provider;
-use crate::app::{Account, problem_response, resource};
+use crate::app::{Account, JsonBodyFuture, json_body, problem_response, resource};
 
 use crate::app::domain::payment_store::PaymentStore;
 use crate::app::domain::payments::Settings;
@@ -66,21 +63,10 @@ async fn get_payment<DB: PaymentStore>(
 
 impl FromRequest for NewPayment {
     type Error = PaymentError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, PaymentError>>>>;
+    type Future = JsonBodyFuture<Self>;
 
     fn from_request(req: &HttpRequest, payload: &mut dev::Payload) -> Self::Future {
-        let content_type = req.headers().get(header::CONTENT_TYPE);
-        let is_json = Self::is_json(content_type.map(|value| value.as_bytes()));
-        let body = web::Bytes::from_request(req, payload);
-        Box::pin(async move {
-            if !is_json {
-                return Err(PaymentError::UnsupportedMediaType);
-            }
-            let body = body
-                .await
-                .map_err(|error| PaymentError::MalformedBody(error.to_string()))?;
-            Self::parse(&body)
-        })
+        json_body(req, payload)
     }
 }
 

@@ -8,6 +8,7 @@
 //! Nothing here names a web framework. The binaries include this folder with
 //! `#[path = ".."] mod domain;`; the files name each other as `super::<file>`.
 
+pub(crate) mod body;
 pub(crate) mod notifications;
 pub(crate) mod orders;
 pub(crate) mod payment_store;

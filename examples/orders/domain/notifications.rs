@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use super::body::{JsonBody, fields};
 use super::orders::Account;
 use super::problem::Problem;
 
@@ -112,16 +113,23 @@ struct NewNotificationFields {
     text: String,
 }
 
-impl NewNotification {
-    /// The notification in a JSON body.
-    pub(crate) fn parse(body: &[u8]) -> Result<Self, NotificationError> {
-        let fields: NewNotificationFields = serde_json::from_slice(body).map_err(|error| {
-            if error.is_data() {
-                NotificationError::Invalid(error.to_string())
-            } else {
-                NotificationError::MalformedBody(error.to_string())
-            }
-        })?;
+impl JsonBody for NewNotification {
+    type Error = NotificationError;
+
+    fn unsupported_media_type() -> NotificationError {
+        NotificationError::UnsupportedMediaType
+    }
+
+    fn malformed(detail: String) -> NotificationError {
+        NotificationError::MalformedBody(detail)
+    }
+
+    fn invalid(detail: String) -> NotificationError {
+        NotificationError::Invalid(detail)
+    }
+
+    fn parse(body: &[u8]) -> Result<Self, NotificationError> {
+        let fields: NewNotificationFields = fields::<Self, _>(body)?;
         for (field, value, max) in [("to", &fields.to, MAX_TO), ("text", &fields.text, MAX_TEXT)] {
             let length = value.chars().count();
             if !(1..=max).contains(&length) {

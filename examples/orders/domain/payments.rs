@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sqlx::Pool;
 
+use super::body::{JsonBody, fields};
 use super::orders::{Account, integer};
 use super::payment_store::PaymentStore;
 use super::problem::Problem;
@@ -181,25 +182,23 @@ struct NewPaymentFields {
     currency: String,
 }
 
-impl NewPayment {
-    /// Whether the request's `Content-Type` is `application/json` (parameters aside); a
-    /// body of another type is a 415 before it is read.
-    pub(crate) fn is_json(content_type: Option<&[u8]>) -> bool {
-        content_type
-            .and_then(|value| std::str::from_utf8(value).ok())
-            .and_then(|value| value.split(';').next())
-            .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+impl JsonBody for NewPayment {
+    type Error = PaymentError;
+
+    fn unsupported_media_type() -> PaymentError {
+        PaymentError::UnsupportedMediaType
     }
 
-    /// The payment in a JSON body.
-    pub(crate) fn parse(body: &[u8]) -> Result<Self, PaymentError> {
-        let fields: NewPaymentFields = serde_json::from_slice(body).map_err(|error| {
-            if error.is_data() {
-                PaymentError::InvalidPayment(error.to_string())
-            } else {
-                PaymentError::MalformedBody(error.to_string())
-            }
-        })?;
+    fn malformed(detail: String) -> PaymentError {
+        PaymentError::MalformedBody(detail)
+    }
+
+    fn invalid(detail: String) -> PaymentError {
+        PaymentError::InvalidPayment(detail)
+    }
+
+    fn parse(body: &[u8]) -> Result<Self, PaymentError> {
+        let fields: NewPaymentFields = fields::<Self, _>(body)?;
         if !(1..=MAX_AMOUNT_CENTS).contains(&fields.amount_cents) {
             return Err(PaymentError::InvalidPayment(format!(
                 "amount_cents must be from 1 to {MAX_AMOUNT_CENTS}, not {}",
