@@ -27,8 +27,8 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, dev, web};
 use sqlx::{Connection, Pool};
 
-// The names the binary's other files and the integration tests use.
 use domain::body::{self, JsonBody};
+// The names the binary's other files and the integration tests use.
 pub(crate) use domain::orders::{ACCOUNT_HEADER, Account, HEALTH_TIMEOUT, NewOrder, TestHooks};
 pub(crate) use domain::problem::{AppError, PROBLEM_JSON, Problem};
 pub(crate) use domain::store::Store;
